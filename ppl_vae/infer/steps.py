@@ -1,0 +1,71 @@
+"""Optimisation steps that an objective asks to be taken in turn with the ELBO step.
+
+PartedVAE's semi-supervised classifier step and the contrastive VAE's discriminator
+step are not part of the ELBO: each has its own loss, its own parameters and its own
+optimiser. An objective lists them in ``auxiliary_steps(model)``; a plain SVI loop and
+the engine (:func:`ppl_vae.fit`) both take them from there.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class AuxiliaryStep:
+    """One extra optimisation step per training iteration.
+
+    :param name: the name its loss is logged under (``"classifier"``, ``"discriminator"``).
+    :param loss: callable taking the batch of ``data_group`` as keyword arguments (or the
+        ELBO's batch when ``data_group`` is ``None``) and returning a scalar loss.
+    :param parameters: the tensors its optimiser updates; nothing else is changed.
+    :param data_group: the name of the training-data group that feeds it (e.g.
+        ``"labelled"``), or ``None`` for the ELBO's own batch.
+    :param when: ``"before"`` or ``"after"`` the ELBO step in each iteration.
+    :param lr: its learning rate; ``None`` takes the engine's.
+    """
+
+    name: str
+    loss: Callable[..., torch.Tensor]
+    parameters: Sequence[nn.Parameter]
+    data_group: str | None = None
+    when: Literal["before", "after"] = "before"
+    lr: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.when not in ("before", "after"):
+            raise ValueError(f"when must be 'before' or 'after', got {self.when!r}")
+        if not list(self.parameters):
+            raise ValueError(f"auxiliary step {self.name!r} has no parameters to optimise")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+def auxiliary_steps(objective: object, model: nn.Module) -> list[AuxiliaryStep]:
+    """The auxiliary steps ``objective`` declares for ``model`` (none for a plain Pyro ELBO)."""
+    declare = getattr(objective, "auxiliary_steps", None)
+    return list(declare(model)) if declare is not None else []
+
+
+def auxiliary_modules(objective: object) -> dict[str, nn.Module]:
+    """Networks an objective owns outside the model (e.g. a TC discriminator), by name."""
+    declare = getattr(objective, "auxiliary_modules", None)
+    return dict(declare()) if declare is not None else {}
+
+
+def objective_terms(objective: object) -> dict[str, torch.Tensor]:
+    """The last value of each named term an objective computed (detached tensors)."""
+    return dict(getattr(objective, "terms", {}) or {})
+
+
+def set_training_step(step: int, *components: object) -> None:
+    """Tell every component that has a step-dependent schedule (capacity annealing,
+    attention sharpness) the current training iteration."""
+    for component in components:
+        setter = getattr(component, "set_training_step", None)
+        if setter is not None:
+            setter(step)

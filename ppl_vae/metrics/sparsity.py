@@ -1,0 +1,54 @@
+"""Hoyer sparsity of representations, as in the Decomposition VAE paper (Mathieu et al. 2019)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ppl_vae.metrics._arrays import as_float_matrix
+
+
+def hoyer_sparsity(z: Any) -> float:
+    """Mean Hoyer sparsity of representations ``z`` (n, D), each dimension divided by its std.
+
+    Every dimension is divided by its std over the n points (no centring: zeros stay zeros);
+    then each point scores (sqrt(D) - ||z||_1 / ||z||_2) / (sqrt(D) - 1), which is 1 for a
+    point with a single non-zero coordinate and 0 for one whose coordinates all have the same
+    magnitude; the result is the mean over points, in [0, 1].
+
+    Degenerate cases, without NaN:
+    - a dimension with zero std (constant over the data, hence uninformative) is set to 0
+      after normalisation; D stays the number of columns of ``z``;
+    - a point that is all zeros after that has no defined sparsity and is left out of the
+      mean; if no point is left, the result is 0.0.
+
+    Args:
+        z: torch tensor or array-like (n, D), D >= 2, e.g. posterior means.
+
+    Raises:
+        ValueError: ``z`` not 2-D, with no row, or with D < 2.
+    """
+    points = as_float_matrix(z, "z")
+    n, num_dims = points.shape
+    if num_dims < 2:
+        raise ValueError(f"z must have D >= 2 dimensions, got D = {num_dims}")
+    if n == 0:
+        raise ValueError("z must have at least one row, got 0")
+    normalised = _divide_by_std(points)
+    l2 = np.linalg.norm(normalised, axis=1)
+    nonzero = l2 > 0
+    if not nonzero.any():
+        return 0.0
+    l1 = np.abs(normalised[nonzero]).sum(axis=1)
+    root = np.sqrt(num_dims)
+    per_point = (root - l1 / l2[nonzero]) / (root - 1)
+    return float(np.clip(per_point, 0.0, 1.0).mean())
+
+
+def _divide_by_std(points: np.ndarray) -> np.ndarray:
+    """Each column divided by its std (ddof 0); zero-std columns become 0: (n, D)."""
+    std = points.std(axis=0)
+    informative = std > 0
+    normalised = np.zeros_like(points)
+    normalised[:, informative] = points[:, informative] / std[informative]
+    return normalised

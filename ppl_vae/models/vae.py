@@ -1,0 +1,142 @@
+"""The plain VAE and beta-VAE (Kingma & Welling 2014; Higgins et al. 2017).
+
+The template the library's other models follow: a :class:`~pyro.nn.PyroModule` with a
+``model`` and a ``guide`` that take the same batch arguments, and the accessors a user
+needs (``encode``, ``decode``, ``reconstruct``, ``sample``).
+"""
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.nn import PyroModule, pyro_method
+from torch import nn
+
+from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
+from ppl_vae.nn import GaussianHead
+
+
+class StandardNormalPrior(nn.Module):
+    """p(z) = N(0, I_D), the default prior: ``forward()`` returns a distribution with
+    ``event_shape (D,)`` on the module's device."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self.dim = int(dim)
+        self.register_buffer("loc", torch.zeros(dim))
+        self.register_buffer("scale", torch.ones(dim))
+
+    def forward(self) -> dist.TorchDistribution:
+        return dist.Normal(self.loc, self.scale).to_event(1)
+
+
+def data_scale(batch_size: int, data_size: int | None) -> float:
+    """The factor ``N / B`` that turns a minibatch sum into an estimate of the
+    whole-data-set sum (1 when ``data_size`` is ``None``)."""
+    if data_size is None:
+        return 1.0
+    return float(data_size) / float(batch_size)
+
+
+class VAE(PyroModule):
+    r"""A beta-VAE with a pluggable prior and likelihood.
+
+    Generative model and guide, for a batch of B points::
+
+        z_n ~ p(z)                          (scaled by beta)
+        x_n ~ p(x | decoder(z_n))           n = 1..B
+        q(z_n | x_n) = N(loc(x_n), diag scale(x_n)^2)
+
+    With :class:`~pyro.infer.TraceMeanField_ELBO` the objective is
+    :math:`\sum_n E_q[\log p(x_n|z_n)] - \beta\,KL(q(z_n|x_n) \| p(z))`.
+
+    :param encoder: network ``x (B, *event) -> features (B, F)`` with attribute
+        ``out_features`` = F.
+    :param decoder: network ``z (B, D) -> decoded (B, *event)``.
+    :param latent_dim: D.
+    :param prior: module whose ``forward()`` returns p(z) with ``event_shape (D,)``
+        (see :mod:`ppl_vae.distributions`); defaults to N(0, I).
+    :param likelihood: ``"bernoulli"``, ``"gaussian"`` or ``"laplace"``.
+    :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
+    :param beta: weight of the KL term, > 0 (Pyro scales must be positive).
+    :param data_size: N; when set, every per-point site is scaled by N / B so that the
+        loss estimates the whole-data-set objective; when ``None`` the loss is the
+        minibatch sum.
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        latent_dim: int,
+        prior: nn.Module | None = None,
+        likelihood: str = "bernoulli",
+        likelihood_scale: float | None = None,
+        beta: float = 1.0,
+        data_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if latent_dim < 1:
+            raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
+        if not beta > 0:
+            raise ValueError(f"beta must be > 0, got {beta}")
+        if data_size is not None and data_size < 1:
+            raise ValueError(f"data_size must be >= 1 or None, got {data_size}")
+        check_likelihood(likelihood, likelihood_scale)
+        prior = prior if prior is not None else StandardNormalPrior(latent_dim)
+        if getattr(prior, "dim", latent_dim) != latent_dim:
+            raise ValueError(
+                f"prior has dimension {prior.dim} but latent_dim is {latent_dim}"
+            )
+        self.encoder = encoder
+        self.head = GaussianHead(encoder.out_features, latent_dim)
+        self.decoder = decoder
+        self.prior = prior
+        self.latent_dim = int(latent_dim)
+        self.likelihood = likelihood
+        self.likelihood_scale = likelihood_scale
+        self.beta = float(beta)
+        self.data_size = data_size
+
+    @pyro_method
+    def model(self, x: torch.Tensor) -> torch.Tensor:
+        """p(x, z) for ``x (B, *event)``; returns the decoded batch ``(B, *event)``."""
+        batch = x.shape[0]
+        with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
+            with poutine.scale(scale=self.beta):
+                z = pyro.sample("z", self.prior().expand([batch]))
+            decoded = self.decoder(z)
+            pyro.sample(
+                "x",
+                likelihood(self.likelihood, decoded, x.dim() - 1, self.likelihood_scale),
+                obs=x,
+            )
+        return decoded
+
+    @pyro_method
+    def guide(self, x: torch.Tensor) -> torch.Tensor:
+        """q(z | x) for ``x (B, *event)``; returns the sampled ``z (B, D)``."""
+        batch = x.shape[0]
+        loc, scale = self.head(self.encoder(x))
+        with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
+            with poutine.scale(scale=self.beta):
+                return pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Posterior means ``(B, D)`` of q(z | x) for ``x (B, *event)``."""
+        return self.head(self.encoder(x))[0]
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """The likelihood's mean ``(B, *event)`` for latents ``z (B, D)``."""
+        return likelihood_mean(self.likelihood, self.decoder(z))
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """Decode the posterior mean: ``x (B, *event) -> (B, *event)``."""
+        return self.decode(self.encode(x))
+
+    def sample(self, n: int) -> torch.Tensor:
+        """Means of p(x | z) for n draws z ~ p(z): ``(n, *event)``."""
+        return self.decode(self.prior().sample((n,)))

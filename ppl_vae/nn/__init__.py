@@ -1,0 +1,10 @@
+"""Networks: plain ``nn.Module`` s with no Pyro in them.
+
+Encoders map data to features, :class:`GaussianHead` maps features to a Gaussian's
+``(loc, scale)``, decoders map latents to the parameters of the likelihood.
+"""
+from ppl_vae.nn.conv import ConvDecoder, ConvEncoder
+from ppl_vae.nn.heads import GaussianHead
+from ppl_vae.nn.mlp import MLP, Unflatten, mlp_decoder
+
+__all__ = ["ConvDecoder", "ConvEncoder", "GaussianHead", "MLP", "Unflatten", "mlp_decoder"]

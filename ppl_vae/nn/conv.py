@@ -1,0 +1,122 @@
+"""Convolutional encoders and decoders for 64x64 and 28x28/32x32 single-channel images.
+
+The 64x64 pair is the one both the PartedVAE and the Decomposition VAE authors use
+for dSprites and CelebA: four 4x4 stride-2 convolutions with 32, 32, 64, 64 channels,
+then ``Linear(1024 -> 256)``; the decoder mirrors it with transposed convolutions.
+The small pair is the same design with three stride-2 layers for 28x28 or 32x32 inputs
+(MNIST, Fashion-MNIST).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+_CHANNELS_64 = (32, 32, 64, 64)
+_CHANNELS_SMALL = (32, 64, 64)
+
+
+def _check_image_batch(x: torch.Tensor, channels: int, size: int, name: str = "x") -> None:
+    if x.dim() != 4 or x.shape[1] != channels or x.shape[-2:] != (size, size):
+        raise ValueError(
+            f"{name} must have shape (batch, {channels}, {size}, {size}), got {tuple(x.shape)}"
+        )
+
+
+class ConvEncoder(nn.Module):
+    """Image ``(batch, channels, size, size)`` -> features ``(batch, hidden_dim)``.
+
+    ``size`` 64 uses four stride-2 layers (64 -> 4), ``size`` 32 three (32 -> 4),
+    ``size`` 28 three with padding that maps 28 -> 14 -> 7 -> 4.
+
+    :param bias: ``False`` builds bias-free layers (``encoder(0) = 0``).
+    """
+
+    def __init__(
+        self,
+        image_size: int = 64,
+        channels: int = 1,
+        hidden_dim: int = 256,
+        bias: bool = True,
+        conv_channels: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        if image_size not in (28, 32, 64):
+            raise ValueError(f"image_size must be 28, 32 or 64, got {image_size}")
+        conv_channels = tuple(
+            conv_channels or (_CHANNELS_64 if image_size == 64 else _CHANNELS_SMALL)
+        )
+        layers: list[nn.Module] = []
+        c_in = channels
+        for i, c_out in enumerate(conv_channels):
+            padding = 2 if (image_size == 28 and i == 2) else 1
+            layers += [nn.Conv2d(c_in, c_out, 4, 2, padding, bias=bias), nn.ReLU()]
+            c_in = c_out
+        self.conv = nn.Sequential(*layers)
+        self.image_size = image_size
+        self.channels = channels
+        with torch.no_grad():
+            flat = self.conv(torch.zeros(1, channels, image_size, image_size)).numel()
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), nn.ReLU())
+        self.out_features = hidden_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_image_batch(x, self.channels, self.image_size)
+        return self.fc(self.conv(x))
+
+
+class ConvDecoder(nn.Module):
+    """Latent ``(batch, latent_dim)`` -> image-sized pre-likelihood values
+    ``(batch, channels, size, size)`` (logits for a Bernoulli likelihood, means otherwise).
+
+    Mirrors :class:`ConvEncoder`: ``Linear(latent -> hidden -> 64*4*4)`` then
+    transposed 4x4 stride-2 convolutions.
+    """
+
+    def __init__(
+        self,
+        latent_dim: int,
+        image_size: int = 64,
+        channels: int = 1,
+        hidden_dim: int = 256,
+        bias: bool = True,
+        conv_channels: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        if image_size not in (28, 32, 64):
+            raise ValueError(f"image_size must be 28, 32 or 64, got {image_size}")
+        conv_channels = tuple(
+            conv_channels or (_CHANNELS_64 if image_size == 64 else _CHANNELS_SMALL)
+        )
+        reversed_channels = list(reversed(conv_channels))
+        self.start_channels = reversed_channels[0]
+        self.fc = nn.Sequential(
+            nn.Linear(latent_dim, hidden_dim, bias=bias),
+            nn.ReLU(),
+            nn.Linear(hidden_dim, self.start_channels * 16, bias=bias),
+            nn.ReLU(),
+        )
+        layers: list[nn.Module] = []
+        outs = reversed_channels[1:] + [channels]
+        for i, (c_in, c_out) in enumerate(zip(reversed_channels, outs)):
+            first_of_28 = image_size == 28 and i == 0
+            padding, output_padding = (2, 1) if first_of_28 else (1, 0)
+            layers.append(
+                nn.ConvTranspose2d(c_in, c_out, 4, 2, padding, output_padding, bias=bias)
+            )
+            if i < len(outs) - 1:
+                layers.append(nn.ReLU())
+        self.deconv = nn.Sequential(*layers)
+        self.latent_dim = latent_dim
+        self.output_shape = (channels, image_size, image_size)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        if z.shape[-1] != self.latent_dim:
+            raise ValueError(
+                f"latent must have last dimension {self.latent_dim}, got shape {tuple(z.shape)}"
+            )
+        batch_shape = z.shape[:-1]
+        h = self.fc(z.reshape(-1, self.latent_dim)).reshape(-1, self.start_channels, 4, 4)
+        out = self.deconv(h)
+        return out.reshape(*batch_shape, *self.output_shape)

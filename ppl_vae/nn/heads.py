@@ -1,0 +1,31 @@
+"""Heads that turn features into the parameters of a variational distribution."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class GaussianHead(nn.Module):
+    """Affine map from features ``(batch, in_features)`` to a diagonal Gaussian's
+    ``loc`` and ``scale``, each ``(batch, out_features)``.
+
+    The scale is ``softplus(raw) + min_scale``, which keeps it positive without the
+    overflow of ``exp(log_var / 2)`` at large pre-activations.
+
+    :param bias: ``False`` gives a head with ``head(0) = (0, softplus(0) + min_scale)``.
+    """
+
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, min_scale: float = 1e-4
+    ) -> None:
+        super().__init__()
+        if min_scale < 0:
+            raise ValueError(f"min_scale must be >= 0, got {min_scale}")
+        self.loc = nn.Linear(in_features, out_features, bias=bias)
+        self.raw_scale = nn.Linear(in_features, out_features, bias=bias)
+        self.min_scale = float(min_scale)
+        self.out_features = int(out_features)
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loc(h), F.softplus(self.raw_scale(h)) + self.min_scale

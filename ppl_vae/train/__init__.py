@@ -1,0 +1,23 @@
+"""The training engine: Lightning, checkpoints, run directories. Nothing else imports Lightning."""
+from ppl_vae.train.batches import TensorBatches, as_groups
+from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_checkpoint
+from ppl_vae.train.config import TrainConfig
+from ppl_vae.train.fit import FitResult, fit
+from ppl_vae.train.module import NonFiniteLossError, SVIModule
+from ppl_vae.train.run_dir import RunDirectory, RunDirectoryExistsError, write_json_atomic
+
+__all__ = [
+    "AtomicCheckpointIO",
+    "CheckpointError",
+    "FitResult",
+    "NonFiniteLossError",
+    "RunDirectory",
+    "RunDirectoryExistsError",
+    "SVIModule",
+    "TensorBatches",
+    "TrainConfig",
+    "as_groups",
+    "fit",
+    "read_checkpoint",
+    "write_json_atomic",
+]

@@ -1,0 +1,176 @@
+"""Minibatches drawn from tensors that live on the training device.
+
+Small data sets (dSprites as bits, MNIST, pinwheel, Grassy-MNIST) fit in GPU memory;
+indexing them there avoids DataLoader workers and host-to-device copies altogether.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import torch
+
+TensorGroups = dict[str, dict[str, torch.Tensor]]
+
+
+def as_groups(data: Mapping[str, torch.Tensor | Mapping[str, torch.Tensor]]) -> TensorGroups:
+    """Normalise training data to named groups of aligned tensors.
+
+    ``{"x": X}`` becomes ``{"x": {"x": X}}``; ``{"labelled": {"x": XL, "y": YL}}`` stays.
+    Tensors in one group must share their first dimension; groups may differ in size
+    (unpaired target and background data, a small labelled set).
+    """
+    if not isinstance(data, Mapping) or not data:
+        raise ValueError(
+            "data must be a non-empty mapping of name -> tensor or name -> {key: tensor}, "
+            f"got {type(data).__name__}"
+        )
+    groups: TensorGroups = {}
+    for name, value in data.items():
+        group = {name: value} if isinstance(value, torch.Tensor) else dict(value)
+        if not group:
+            raise ValueError(f"data group {name!r} is empty")
+        sizes = set()
+        for key, tensor in group.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise ValueError(
+                    f"data[{name!r}][{key!r}] must be a torch.Tensor, got {type(tensor).__name__}"
+                )
+            if tensor.dim() == 0 or tensor.shape[0] == 0:
+                raise ValueError(f"data[{name!r}][{key!r}] has no rows: shape {tuple(tensor.shape)}")
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"data[{name!r}][{key!r}] contains NaN or inf values")
+            sizes.add(tensor.shape[0])
+        if len(sizes) != 1:
+            raise ValueError(f"tensors of data group {name!r} differ in length: {sorted(sizes)}")
+        groups[name] = group
+    return groups
+
+
+def _as_float(batch: torch.Tensor) -> torch.Tensor:
+    """Compact storage to float32: bool -> {0, 1}, uint8 -> [0, 1]; other dtypes unchanged."""
+    if batch.dtype == torch.bool:
+        return batch.float()
+    if batch.dtype == torch.uint8:
+        return batch.float().div_(255.0)
+    return batch
+
+
+class TensorBatches:
+    """An iterable of ``num_batches`` minibatches ``{group: {key: tensor (B_g, ...)}}``.
+
+    Each group is reshuffled every time it is exhausted; the permutation of pass ``e`` of
+    group ``g`` is a function of ``(seed, g, e)`` alone, so a run that is resumed at
+    iteration ``t`` (``seek(t)``) sees exactly the batches an uninterrupted run would.
+    Under data parallelism each of ``world_size`` ranks takes every ``world_size``-th
+    batch-sized slice of the same permutation.
+
+    Storage dtypes: ``bool`` tensors are returned as float {0, 1} and ``uint8`` as float
+    in [0, 1], so images can be stored compactly on the device.
+
+    :param groups: from :func:`as_groups`; the first group sets the pass length.
+    :param batch_size: rows per batch for every group (``batch_sizes`` overrides per group);
+        a group smaller than its batch size is used whole.
+    :param num_batches: total number of batches to yield (the length of training).
+    """
+
+    def __init__(
+        self,
+        groups: TensorGroups,
+        batch_size: int,
+        num_batches: int,
+        seed: int = 0,
+        batch_sizes: Mapping[str, int] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if num_batches < 0:
+            raise ValueError(f"num_batches must be >= 0, got {num_batches}")
+        self.groups = groups
+        self.num_batches = int(num_batches)
+        self.seed = int(seed)
+        self.batch_size = int(batch_size)
+        self.requested_batch_sizes = dict(batch_sizes or {})
+        unknown = set(self.requested_batch_sizes) - set(groups)
+        if unknown:
+            raise ValueError(f"batch_sizes names unknown data groups {sorted(unknown)}")
+        self.shard(rank, world_size)
+        self.start = 0
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Make this the batches of process ``rank`` out of ``world_size``."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.batch_sizes = {}
+        for name, group in self.groups.items():
+            size = next(iter(group.values())).shape[0]
+            if size < world_size:
+                raise ValueError(
+                    f"data group {name!r} has {size} rows, fewer than world_size={world_size}"
+                )
+            wanted = int(self.requested_batch_sizes.get(name, self.batch_size))
+            self.batch_sizes[name] = min(wanted, size // world_size)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def seek(self, iteration: int) -> None:
+        """Start the next iteration over the batches at batch number ``iteration``."""
+        if not 0 <= iteration <= self.num_batches:
+            raise ValueError(f"iteration must be in [0, {self.num_batches}], got {iteration}")
+        self.start = int(iteration)
+
+    def batches_per_pass(self, name: str) -> int:
+        """Number of batches in one pass over group ``name`` (per rank)."""
+        size = next(iter(self.groups[name].values())).shape[0]
+        return max(size // (self.batch_sizes[name] * self.world_size), 1)
+
+    def _permutation(self, name: str, pass_index: int, size: int, device: torch.device) -> torch.Tensor:
+        generator = torch.Generator()
+        group_id = list(self.groups).index(name)
+        generator.manual_seed(self.seed * 1_000_003 + group_id * 10_007 + pass_index)
+        return torch.randperm(size, generator=generator).to(device)
+
+    def _batch(self, name: str, iteration: int, cache: dict) -> dict[str, torch.Tensor]:
+        group = self.groups[name]
+        first = next(iter(group.values()))
+        per_pass = self.batches_per_pass(name)
+        pass_index, within = divmod(iteration, per_pass)
+        if cache.get(name, (None,))[0] != pass_index:
+            cache[name] = (pass_index, self._permutation(name, pass_index, first.shape[0], first.device))
+        permutation = cache[name][1]
+        size = self.batch_sizes[name]
+        offset = (within * self.world_size + self.rank) * size
+        index = permutation[offset : offset + size]
+        return {key: _as_float(tensor.index_select(0, index)) for key, tensor in group.items()}
+
+    def __iter__(self) -> Iterator[dict[str, dict[str, torch.Tensor]]]:
+        return self._generate()
+
+    def _generate(self) -> Iterator[dict[str, dict[str, torch.Tensor]]]:
+        start, self.start = self.start, 0
+        cache: dict = {}
+        for iteration in range(start, self.num_batches):
+            yield {name: self._batch(name, iteration, cache) for name in self.groups}
+
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint records of the batch order; the position is the training
+        module's iteration count, restored through :meth:`seek`."""
+        return {"seed": self.seed, "num_batches": self.num_batches, "world_size": self.world_size}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Check that a resumed run draws its batches as the checkpointed run did."""
+        if dict(state) != self.state_dict():
+            raise ValueError(
+                f"the checkpoint's batch order {dict(state)} differs from this run's "
+                f"{self.state_dict()}: resume with the same seed, steps and number of devices"
+            )
+
+    def to(self, device: torch.device | str) -> "TensorBatches":
+        """Move every tensor to ``device`` (once, before training)."""
+        self.groups = {
+            name: {key: t.to(device) for key, t in group.items()} for name, group in self.groups.items()
+        }
+        return self

@@ -1,0 +1,71 @@
+"""Training settings, saved as JSON with every run."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TrainConfig:
+    """How :func:`ppl_vae.fit` trains a model/objective pair.
+
+    :param steps: training iterations (one ELBO step plus any auxiliary steps each).
+    :param batch_size: minibatch size of every data group (``batch_sizes`` overrides).
+    :param lr: Adam learning rate of the ELBO step (auxiliary steps may set their own).
+    :param betas: Adam betas.
+    :param seed: seeds torch, numpy, Python and the batch order.
+    :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when available).
+    :param devices: number of devices (processes under data parallelism).
+    :param num_nodes: number of machines.
+    :param strategy: Lightning strategy: ``"auto"``, ``"ddp"``, ...
+    :param data_on_device: keep the training tensors on the device and index them
+        there (no DataLoader workers, no per-batch copies).
+    :param log_every_n_steps: per-term losses are averaged on the device and written
+        every this many iterations (no host synchronisation in between).
+    :param checkpoint_every_n_steps: write ``checkpoints/last.ckpt`` this often; a run
+        interrupted at any time loses at most this many iterations.
+    :param validate: Pyro's argument validation (slower; on in tests, off in training).
+    :param progress_bar: Lightning's progress bar.
+    :param batch_sizes: per data-group batch sizes, e.g. ``{"labelled": 64}``.
+    """
+
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 5e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    seed: int = 0
+    device: str = "cpu"
+    devices: int = 1
+    num_nodes: int = 1
+    strategy: str = "auto"
+    data_on_device: bool = True
+    log_every_n_steps: int = 50
+    checkpoint_every_n_steps: int = 500
+    validate: bool = False
+    progress_bar: bool = True
+    batch_sizes: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        positive = {
+            "steps": self.steps,
+            "batch_size": self.batch_size,
+            "devices": self.devices,
+            "num_nodes": self.num_nodes,
+            "log_every_n_steps": self.log_every_n_steps,
+            "checkpoint_every_n_steps": self.checkpoint_every_n_steps,
+        }
+        for name, value in positive.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        self.betas = tuple(float(b) for b in self.betas)
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,219 @@
+"""The Lightning module that trains any model/objective pair by SVI.
+
+This and :mod:`ppl_vae.train.fit` are the only places in the library that know about
+Lightning. The module follows Pyro's own Lightning example (a Pyro ELBO's
+``differentiable_loss`` optimised by plain torch optimisers), with manual optimisation
+so that an objective's auxiliary steps (classifier, discriminator) can take turns with
+the ELBO step, each with its own optimiser and its own parameters.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import nn
+
+from ppl_vae.infer.steps import (
+    AuxiliaryStep,
+    auxiliary_modules,
+    auxiliary_steps,
+    objective_terms,
+    set_training_step,
+)
+from ppl_vae.train.batches import TensorBatches
+from ppl_vae.train.config import TrainConfig
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A loss or gradient became NaN or infinite; the message names the step and terms."""
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def architecture(module: nn.Module) -> dict[str, list[int]]:
+    """Parameter and buffer names with their shapes: what a checkpoint must match."""
+    return {name: list(t.shape) for name, t in module.state_dict().items()}
+
+
+class SVIModule(L.LightningModule):
+    """Trains ``model`` (a PyroModule with ``model``/``guide``) on ``objective`` (a Pyro ELBO).
+
+    Each training iteration takes the objective's ``"before"`` auxiliary steps, one ELBO
+    step on every data group that no auxiliary step claims, then the ``"after"`` steps.
+    Every step zeroes all gradients first, so a step changes only its own parameters.
+
+    Per-term losses (the objective's ``terms`` plus each auxiliary loss) are summed on the
+    device and averaged over ``log_every_n_steps`` iterations before they are read, so the
+    host waits on the device once per logging interval, not once per term per step.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: Any,
+        config: TrainConfig,
+        batches: TensorBatches,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.objective = objective
+        self.config = config
+        self.batches = batches
+        self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
+        self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
+        claimed = {s.data_group for s in self.steps if s.data_group is not None}
+        unknown = claimed - set(batches.groups)
+        if unknown:
+            raise ValueError(
+                f"the objective's auxiliary steps need data groups {sorted(unknown)}, "
+                f"but data has only {sorted(batches.groups)}"
+            )
+        self.elbo_groups = [g for g in batches.groups if g not in claimed]
+        if not self.elbo_groups:
+            raise ValueError("no data group is left for the ELBO step")
+        self.automatic_optimization = False
+        self.iteration = 0
+        self.history: list[dict[str, float]] = []
+        self._sums: dict[str, torch.Tensor] = {}
+        self._count = 0
+        self._pending_rng: dict[str, Any] | None = None
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        optimizers = [self._adam(self.model.parameters(), self.config.lr)]
+        for step in self.steps:
+            optimizers.append(self._adam(step.parameters, step.lr or self.config.lr))
+        return optimizers
+
+    def _adam(self, params, lr: float) -> torch.optim.Optimizer:
+        params = [p for p in params if p.requires_grad]
+        return torch.optim.Adam(params, lr=lr, betas=self.config.betas, foreach=True)
+
+    def _kwargs(self, batch: dict[str, dict[str, torch.Tensor]], groups: list[str]) -> dict:
+        kwargs: dict[str, torch.Tensor] = {}
+        for group in groups:
+            kwargs.update(batch[group])
+        return kwargs
+
+    def _take_step(self, optimizer, loss: torch.Tensor, name: str) -> None:
+        self.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self._check_now():
+            self._raise_if_not_finite(loss, name)
+        optimizer.step()
+        self._accumulate(f"{name}_loss", loss.detach())
+
+    def training_step(self, batch: dict[str, dict[str, torch.Tensor]], batch_idx: int) -> None:
+        set_training_step(self.iteration, self.model, self.objective)
+        optimizers = self.optimizers()
+        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        elbo_optimizer, step_optimizers = optimizers[0], optimizers[1:]
+        for step, optimizer in zip(self.steps, step_optimizers):
+            if step.when == "before":
+                self._auxiliary_step(step, optimizer, batch)
+        loss = self.objective.differentiable_loss(
+            self.model.model, self.model.guide, **self._kwargs(batch, self.elbo_groups)
+        )
+        for name, value in objective_terms(self.objective).items():
+            self._accumulate(name, value)
+        self._take_step(elbo_optimizer, loss, "elbo")
+        for step, optimizer in zip(self.steps, step_optimizers):
+            if step.when == "after":
+                self._auxiliary_step(step, optimizer, batch)
+        self.iteration += 1
+        self._count += 1
+        if self.iteration % self.config.log_every_n_steps == 0 or self.iteration == self.batches.num_batches:
+            self._flush_logs()
+
+    def _auxiliary_step(self, step: AuxiliaryStep, optimizer, batch) -> None:
+        groups = [step.data_group] if step.data_group is not None else self.elbo_groups
+        loss = step.loss(**self._kwargs(batch, groups))
+        self._take_step(optimizer, loss, step.name)
+
+    def _check_now(self) -> bool:
+        """Check finiteness every step on the CPU (free) and at logging time on a GPU."""
+        return self.device.type == "cpu" or (self.iteration + 1) % self.config.log_every_n_steps == 0
+
+    def _raise_if_not_finite(self, loss: torch.Tensor, name: str) -> None:
+        bad_grads = [
+            n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
+        ]
+        if torch.isfinite(loss) and not bad_grads:
+            return
+        terms = {k: float(v) for k, v in objective_terms(self.objective).items()}
+        bad_terms = sorted(k for k, v in terms.items() if not math.isfinite(v))
+        raise NonFiniteLossError(
+            f"non-finite {name} loss ({float(loss)}) at training step {self.iteration}; "
+            f"non-finite objective terms: {bad_terms or 'none'}; "
+            f"parameters with non-finite gradients: {bad_grads[:5] or 'none'}; "
+            "the last checkpoint written before this step is kept"
+        )
+
+    def _accumulate(self, name: str, value: torch.Tensor) -> None:
+        value = value.detach().float()
+        self._sums[name] = self._sums[name] + value if name in self._sums else value.clone()
+
+    def _flush_logs(self) -> None:
+        if not self._count:
+            return
+        names = list(self._sums)
+        means = (torch.stack([self._sums[n] for n in names]) / self._count).tolist()
+        record = dict(zip(names, means))
+        self._sums, self._count = {}, 0
+        record["step"] = self.iteration
+        self.history.append(record)
+        if self.logger is not None:
+            self.logger.log_metrics({k: v for k, v in record.items() if k != "step"}, step=self.iteration)
+        self.log("loss", record.get("elbo_loss", float("nan")), prog_bar=True, logger=False)
+        bad = sorted(k for k, v in record.items() if not math.isfinite(v))
+        if bad:
+            raise NonFiniteLossError(
+                f"non-finite values of {bad} in the {self.config.log_every_n_steps} steps "
+                f"before training step {self.iteration}; the last checkpoint written before them is kept"
+            )
+
+    def on_fit_start(self) -> None:
+        self.batches.shard(self.global_rank, self.trainer.world_size)
+        self.batches.to(self.device)
+
+    def on_train_start(self) -> None:
+        if self._pending_rng is not None:
+            _set_rng_state(self._pending_rng)
+            self._pending_rng = None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["ppl_vae"] = {
+            "iteration": self.iteration,
+            "rng": _rng_state(),
+            "history": self.history,
+            "model_class": type(self.model).__qualname__,
+            "objective_class": type(self.objective).__qualname__,
+            "architecture": architecture(self),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        state = checkpoint["ppl_vae"]
+        self.iteration = int(state["iteration"])
+        self.history = list(state["history"])
+        self.batches.seek(self.iteration)
+        self._pending_rng = state["rng"]

@@ -1,0 +1,114 @@
+"""Run directories: config, checkpoints, metrics and pictures of one training run.
+
+Layout::
+
+    RUN_DIR/config.json          settings, library/torch/pyro versions, start time
+    RUN_DIR/checkpoints/last.ckpt
+    RUN_DIR/metrics.csv          per-term losses every ``log_every_n_steps``
+    RUN_DIR/metrics.json         final evaluation figures
+    RUN_DIR/pictures/*.png       reconstructions, samples, traversals
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import lightning
+import pyro
+import torch
+
+import ppl_vae
+
+
+class RunDirectoryExistsError(FileExistsError):
+    """The run directory holds a previous run and neither overwrite nor resume was asked."""
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
+    """Write ``payload`` as indented JSON via a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def versions() -> dict[str, str]:
+    """Versions of the library and the packages that decide its numerics."""
+    return {
+        "ppl_vae": ppl_vae.__version__,
+        "torch": torch.__version__,
+        "pyro": pyro.__version__,
+        "lightning": lightning.__version__,
+        "python": platform.python_version(),
+    }
+
+
+class RunDirectory:
+    """A training run's folder.
+
+    :param path: the folder.
+    :param overwrite: allow reusing a folder that already holds a run (its files are
+        replaced as the new run writes them).
+    :param resume: the folder must hold a run with a checkpoint to continue.
+    """
+
+    def __init__(self, path: str | os.PathLike, overwrite: bool = False, resume: bool = False) -> None:
+        self.path = Path(path)
+        if resume:
+            if not self.last_checkpoint.is_file():
+                raise FileNotFoundError(
+                    f"cannot resume: {self.last_checkpoint} does not exist (run_dir={self.path})"
+                )
+        elif self.config_path.exists() and not overwrite:
+            raise RunDirectoryExistsError(
+                f"run_dir {self.path} already holds a run; pass overwrite=True "
+                "(--overwrite) to replace it or resume=True (--resume) to continue it"
+            )
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.pictures.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / "last.ckpt"
+
+    @property
+    def pictures(self) -> Path:
+        return self.path / "pictures"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.json"
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """Save the run's settings with versions and the start time."""
+        payload = dict(config)
+        payload["versions"] = versions()
+        payload["created"] = datetime.now(timezone.utc).isoformat()
+        write_json_atomic(self.config_path, payload)
+
+    def read_config(self) -> dict[str, Any]:
+        """The settings saved by :meth:`write_config`."""
+        if not self.config_path.is_file():
+            raise FileNotFoundError(f"{self.config_path} does not exist: not a run directory")
+        with open(self.config_path) as handle:
+            return json.load(handle)
+
+    def write_metrics(self, metrics: dict[str, Any]) -> None:
+        """Save final figures to ``metrics.json``."""
+        write_json_atomic(self.metrics_path, metrics)
