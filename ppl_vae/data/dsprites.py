@@ -117,7 +117,9 @@ class DSpritesRenderer:
         canvases[:, offset : offset + _SPRITE_SIZE, offset : offset + _SPRITE_SIZE] = self.sprites.reshape(
             -1, _SPRITE_SIZE, _SPRITE_SIZE
         )
-        self._canvases = {torch.device("cpu"): torch.from_numpy(canvases)}
+        self._canvases = torch.from_numpy(canvases)
+        # Per device: (720, 32, 32, 64, 64) view, [sprite, a, b] = image with posY = 31 - a, posX = 31 - b.
+        self._windows: dict[torch.device, torch.Tensor] = {}
 
     def render(self, factors: torch.Tensor) -> torch.Tensor:
         """Render images for valid factor class indices.
@@ -129,15 +131,12 @@ class DSpritesRenderer:
             ``(n, 64, 64)`` uint8 in {0, 1}, on the device of ``factors``.
         """
         device = factors.device
-        if device not in self._canvases:
-            self._canvases[device] = self._canvases[torch.device("cpu")].to(device)
-        canvases = self._canvases[device]
+        if device not in self._windows:
+            canvases = self._canvases.to(device)
+            self._windows[device] = canvases.unfold(1, IMAGE_SIZE, 1).unfold(2, IMAGE_SIZE, 1)
         sprite = (factors[:, 1] * FACTOR_SIZES[2] + factors[:, 2]) * FACTOR_SIZES[3] + factors[:, 3]
-        steps = torch.arange(IMAGE_SIZE, device=device)
-        rows = (_NUM_POSITIONS - 1 - factors[:, 5, None]) + steps
-        cols = (_NUM_POSITIONS - 1 - factors[:, 4, None]) + steps
-        strips = canvases[sprite[:, None], rows]
-        return torch.gather(strips, 2, cols[:, None, :].expand(-1, IMAGE_SIZE, -1))
+        last = _NUM_POSITIONS - 1
+        return self._windows[device][sprite, last - factors[:, 5], last - factors[:, 4]]
 
     def iter_blocks(self) -> Iterator[tuple[int, np.ndarray]]:
         """Render the whole grid, one (shape, scale, orientation) block at a time, in index order.
@@ -146,7 +145,7 @@ class DSpritesRenderer:
             ``(start, block)``: ``block`` is ``(1024, 64, 64)`` uint8 in {0, 1} holding images
             ``start .. start + 1023`` (posX major, posY minor).
         """
-        canvases = self._canvases[torch.device("cpu")].numpy()
+        canvases = self._canvases.numpy()
         block_size = _NUM_POSITIONS * _NUM_POSITIONS
         for sprite, canvas in enumerate(canvases):
             windows = np.lib.stride_tricks.sliding_window_view(canvas, (IMAGE_SIZE, IMAGE_SIZE))

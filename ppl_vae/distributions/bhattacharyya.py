@@ -62,7 +62,8 @@ def bhattacharyya_distance(p: Distribution, q: Distribution) -> Tensor:
     (p_normal, p_event_dims), (q_normal, q_event_dims) = p_parts, q_parts
     if p_event_dims != q_event_dims:
         raise ValueError(
-            f"p and q must have the same number of event dimensions, got {p_event_dims} and {q_event_dims}"
+            "p and q must have the same number of event dimensions, "
+            f"got {p_event_dims} and {q_event_dims}"
         )
     log_var_p = 2.0 * p_normal.scale.log()
     log_var_q = 2.0 * q_normal.scale.log()

@@ -5,7 +5,7 @@ that holds the prior's parameters (as ``nn.Parameter`` when learned, as buffers 
 fixed, so ``.to(device)`` moves them) and has
 
 - ``.dim``: the latent dimension D;
-- ``forward() -> TorchDistribution`` with ``batch_shape == ()`` and
+- ``forward()`` returning a Pyro distribution with ``batch_shape == ()`` and
   ``event_shape == (D,)``.
 
 A model draws ``z`` with its own batch shape by expanding the distribution::
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import pyro.distributions as dist
 import torch
-from pyro.distributions import TorchDistribution
+from pyro.distributions.torch_distribution import TorchDistributionMixin
 from torch import Tensor, nn
 
 __all__ = [
@@ -86,6 +86,20 @@ def _register(module: nn.Module, name: str, tensor: Tensor, learn: bool) -> None
         module.register_buffer(name, tensor)
 
 
+def _register_log_variances(
+    module: PriorModule, log_variances: Tensor | Sequence[float] | None, learn: bool
+) -> None:
+    """Store ``(D,)`` log-variances (default zeros) on a trace-normalised prior."""
+    if log_variances is None:
+        log_variances = torch.zeros(module.dim)
+    log_variances = _as_float_tensor(log_variances, "log_variances")
+    if log_variances.shape != (module.dim,):
+        raise ValueError(
+            f"log_variances must have shape ({module.dim},), got {tuple(log_variances.shape)}"
+        )
+    _register(module, "log_variances", log_variances, learn)
+
+
 def trace_normalised_variances(log_variances: Tensor, total_variance: float = 1.0) -> Tensor:
     r"""Variances ``pvs * D * softmax(logvar)``, which sum to ``D * pvs``.
 
@@ -105,7 +119,7 @@ def trace_normalised_variances(log_variances: Tensor, total_variance: float = 1.
 class PriorModule(nn.Module):
     """Base class: holds the parameters of a prior p(z) and returns it on call.
 
-    Subclasses implement ``forward() -> TorchDistribution`` with batch shape ``()`` and
+    Subclasses implement ``forward()`` returning a Pyro distribution with batch shape ``()`` and
     event shape ``(dim,)``.
     """
 
@@ -113,7 +127,7 @@ class PriorModule(nn.Module):
         super().__init__()
         self.dim = _check_dim(dim)
 
-    def forward(self) -> TorchDistribution:
+    def forward(self) -> TorchDistributionMixin:
         raise NotImplementedError
 
     def extra_repr(self) -> str:
@@ -127,7 +141,7 @@ class IsotropicGaussianPrior(PriorModule):
         super().__init__(dim)
         self.register_buffer("loc", torch.zeros(self.dim))
 
-    def forward(self) -> TorchDistribution:
+    def forward(self) -> TorchDistributionMixin:
         return dist.Normal(self.loc, torch.ones_like(self.loc)).to_event(1)
 
 
@@ -159,14 +173,7 @@ class AnisotropicGaussianPrior(PriorModule):
     ) -> None:
         super().__init__(dim)
         self.total_variance = _check_positive(total_variance, "total_variance")
-        if log_variances is None:
-            log_variances = torch.zeros(self.dim)
-        log_variances = _as_float_tensor(log_variances, "log_variances")
-        if log_variances.shape != (self.dim,):
-            raise ValueError(
-                f"log_variances must have shape ({self.dim},), got {tuple(log_variances.shape)}"
-            )
-        _register(self, "log_variances", log_variances, learn)
+        _register_log_variances(self, log_variances, learn)
 
     @classmethod
     def from_principal_components(
@@ -210,7 +217,9 @@ class AnisotropicGaussianPrior(PriorModule):
         tolerance = squared[0] * max(n, features) * torch.finfo(torch.float64).eps
         if leading.numel() < dim or not (leading > tolerance).all():
             rank = int((squared > tolerance).sum())
-            raise ValueError(f"dim={dim} exceeds the number of principal components of data ({rank})")
+            raise ValueError(
+                f"dim={dim} exceeds the number of principal components of data ({rank})"
+            )
         log_variances = leading.log().to(torch.get_default_dtype())
         return cls(dim, log_variances, learn=learn, total_variance=total_variance)
 
@@ -219,7 +228,7 @@ class AnisotropicGaussianPrior(PriorModule):
         """``(D,)`` prior variances; they sum to ``D * total_variance``."""
         return trace_normalised_variances(self.log_variances, self.total_variance)
 
-    def forward(self) -> TorchDistribution:
+    def forward(self) -> TorchDistributionMixin:
         scale = self.variances.sqrt()
         return dist.Normal(torch.zeros_like(scale), scale).to_event(1)
 
@@ -257,21 +266,14 @@ class StudentTPrior(PriorModule):
         super().__init__(dim)
         self.register_buffer("df", torch.tensor(_check_positive(df, "df")))
         self.total_variance = _check_positive(total_variance, "total_variance")
-        if log_variances is None:
-            log_variances = torch.zeros(self.dim)
-        log_variances = _as_float_tensor(log_variances, "log_variances")
-        if log_variances.shape != (self.dim,):
-            raise ValueError(
-                f"log_variances must have shape ({self.dim},), got {tuple(log_variances.shape)}"
-            )
-        _register(self, "log_variances", log_variances, learn)
+        _register_log_variances(self, log_variances, learn)
 
     @property
     def scale(self) -> Tensor:
         """``(D,)`` scales sigma_d; their squares sum to ``D * total_variance``."""
         return trace_normalised_variances(self.log_variances, self.total_variance).sqrt()
 
-    def forward(self) -> TorchDistribution:
+    def forward(self) -> TorchDistributionMixin:
         scale = self.scale
         return dist.StudentT(self.df, torch.zeros_like(scale), scale).to_event(1)
 
@@ -284,8 +286,9 @@ class MixtureOfGaussiansPrior(PriorModule):
 
     The clustering prior of the Decomposition paper (Sec. 6, App. B); see
     :meth:`pinwheel` for the paper's setting. The log-density is a logsumexp over the
-    components (via :class:`pyro.distributions.MixtureSameFamily`), finite for any
-    finite z. Only ``sample`` is available (no ``rsample``).
+    components (via :class:`pyro.distributions.MixtureSameFamily`), so it stays finite
+    far from every component (e.g. z = 1e3 with variances 1e-8). Only ``sample`` is
+    available (no ``rsample``).
 
     :param means: ``(K, D)`` component means.
     :param variances: positive variances broadcastable to ``(K, D)`` (a number, ``(D,)``,
@@ -304,7 +307,9 @@ class MixtureOfGaussiansPrior(PriorModule):
     ) -> None:
         means = _as_float_tensor(means, "means")
         if means.dim() != 2 or means.shape[0] < 1 or means.shape[1] < 1:
-            raise ValueError(f"means must have shape (K, D) with K, D >= 1, got {tuple(means.shape)}")
+            raise ValueError(
+                f"means must have shape (K, D) with K, D >= 1, got {tuple(means.shape)}"
+            )
         super().__init__(means.shape[1])
         self.num_components = means.shape[0]
         variances = _as_float_tensor(variances, "variances")
@@ -343,7 +348,7 @@ class MixtureOfGaussiansPrior(PriorModule):
         """``(K, D)`` component variances."""
         return self.log_variances.exp()
 
-    def forward(self) -> TorchDistribution:
+    def forward(self) -> TorchDistributionMixin:
         components = dist.Normal(self.means, (0.5 * self.log_variances).exp()).to_event(1)
         return dist.MixtureSameFamily(dist.Categorical(probs=self.weights), components)
 
@@ -373,7 +378,9 @@ class SparsePrior(PriorModule):
     :param sigma0: standard deviation of the spike (> 0).
     """
 
-    def __init__(self, dim: int, gamma: float = 0.8, sigma0: float = SPARSE_SIGMA0_AUTHORS_CODE) -> None:
+    def __init__(
+        self, dim: int, gamma: float = 0.8, sigma0: float = SPARSE_SIGMA0_AUTHORS_CODE
+    ) -> None:
         super().__init__(dim)
         self.gamma = _as_number(gamma, "gamma")
         if not 0.0 <= self.gamma < 1.0:
@@ -382,7 +389,7 @@ class SparsePrior(PriorModule):
         self.register_buffer("component_probs", torch.tensor([1.0 - self.gamma, self.gamma]))
         self.register_buffer("component_scales", torch.tensor([1.0, self.sigma0]))
 
-    def forward(self) -> TorchDistribution:
+    def forward(self) -> TorchDistributionMixin:
         shape = (self.dim, 2)
         scales = self.component_scales.expand(shape)
         components = dist.Normal(torch.zeros_like(scales), scales)
@@ -427,7 +434,7 @@ class ClassConditionalGaussianPrior(nn.Module):
         """``(K, D)`` bounded log-variances ``2 tanh(w) - 1``."""
         return 2.0 * torch.tanh(self.log_variance_logit) - 1.0
 
-    def forward(self, c: Tensor | None = None) -> TorchDistribution:
+    def forward(self, c: Tensor | None = None) -> TorchDistributionMixin:
         loc, log_variance = self.loc, self.log_variance
         if c is None:
             pass

@@ -82,8 +82,9 @@ def mmd_dimensionwise(
     :param y: ``(m, D)`` samples, e.g. from the prior.
     :param length_scales: positive length scales l.
     :param dims_per_chunk: dimensions evaluated together; default keeps each block of
-        pairwise differences under about 4M entries. Peak memory is
-        ``O(max(n, m)^2 * dims_per_chunk)`` (autograd keeps ``O(max(n, m)^2 D)``).
+        pairwise differences under about 4M entries. Without gradients, peak memory is
+        ``O(max(n, m)^2 * dims_per_chunk)``; with gradients, autograd keeps
+        ``O(L * max(n, m)^2 * D)`` for the backward pass (L length scales).
     :returns: scalar tensor, differentiable with respect to ``x`` and ``y``.
     :raises ValueError: if the shapes differ in D, a sample has fewer than 2 points, or a
         length scale is not positive.
@@ -91,10 +92,14 @@ def mmd_dimensionwise(
     _check_samples(x, "x")
     _check_samples(y, "y")
     if x.shape[1] != y.shape[1]:
-        raise ValueError(f"x and y must have the same dimension D, got {x.shape[1]} and {y.shape[1]}")
+        raise ValueError(
+            f"x and y must have the same dimension D, got {x.shape[1]} and {y.shape[1]}"
+        )
     scales = [float(s) for s in length_scales]
     if not scales or any(not (math.isfinite(s) and s > 0) for s in scales):
-        raise ValueError(f"length_scales must be non-empty and positive, got {tuple(length_scales)}")
+        raise ValueError(
+            f"length_scales must be non-empty and positive, got {tuple(length_scales)}"
+        )
     (n, dim), m = x.shape, y.shape[0]
     if dims_per_chunk is None:
         dims_per_chunk = max(1, _MMD_BLOCK_ELEMENTS // max(n, m) ** 2)
@@ -155,7 +160,9 @@ def aggregate_log_density(z: Tensor, loc: Tensor, scale: Tensor, chunk_size: int
     if num_encodings <= chunk_size:
         blocks = [_log_density_block(z, loc, scale)]
     else:
-        recompute = torch.is_grad_enabled() and (z.requires_grad or loc.requires_grad or scale.requires_grad)
+        recompute = torch.is_grad_enabled() and (
+            z.requires_grad or loc.requires_grad or scale.requires_grad
+        )
         blocks = []
         for start in range(0, num_encodings, chunk_size):
             block = (z, loc[start : start + chunk_size], scale[start : start + chunk_size])
@@ -178,8 +185,8 @@ def inclusive_kl(
 
     .. math::
 
-        \mathrm{KL}(p \,\|\, q) \approx \frac{1}{B} \sum_{i=1}^{B} \big[\log p(z_i) - \log q(z_i)\big],
-        \qquad z_i \sim p(z),
+        \mathrm{KL}(p \,\|\, q) \approx
+        \frac{1}{B} \sum_{i=1}^{B} \big[\log p(z_i) - \log q(z_i)\big], \qquad z_i \sim p(z),
 
     with ``log q`` from :func:`aggregate_log_density` over the N encodings given (the
     whole data set in the paper's pinwheel experiment, App. B, with B = N = 400). The
@@ -213,10 +220,13 @@ def inclusive_kl(
         )
     dim = prior.event_shape[0]
     if posterior_loc.dim() != 2 or posterior_loc.shape[1] != dim:
-        raise ValueError(f"posterior_loc must have shape (N, {dim}), got {tuple(posterior_loc.shape)}")
+        raise ValueError(
+            f"posterior_loc must have shape (N, {dim}), got {tuple(posterior_loc.shape)}"
+        )
     if posterior_scale.shape != posterior_loc.shape:
         raise ValueError(
-            f"posterior_scale must have shape {tuple(posterior_loc.shape)}, got {tuple(posterior_scale.shape)}"
+            f"posterior_scale must have shape {tuple(posterior_loc.shape)}, "
+            f"got {tuple(posterior_scale.shape)}"
         )
     if not (posterior_scale > 0).all():
         raise ValueError("posterior_scale must be positive")

@@ -83,7 +83,7 @@ class _BatchedEncoder:
             self._encode_batch(factors[start : start + self.batch_size])
             for start in range(0, factors.shape[0], self.batch_size)
         ]
-        return np.concatenate(parts) if parts else np.zeros((0, self.num_dims or 0))
+        return np.concatenate(parts)
 
     def _encode_batch(self, factors: torch.Tensor) -> np.ndarray:
         images = self.dataset.images_from_factors(factors)
@@ -129,8 +129,9 @@ def factor_score(
             most ``encode_batch_size`` images.
         dataset: see :class:`FactorDataset`. Factors with a single value (dSprites' color)
             are skipped: they never receive a vote.
-        n_train, n_eval, batch_size, n_variance, prune_threshold: standard protocol only.
-        chunk_size, min_std, max_images_per_value: parted protocol only.
+        n_train, n_eval, batch_size, n_variance, prune_threshold: used by the standard
+            protocol only (validated for both).
+        chunk_size, min_std, max_images_per_value: used by the parted protocol only.
         seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
             the factor of each vote and the parted subsample); same seed, same score for a
             deterministic ``encode``.
@@ -183,10 +184,11 @@ def factor_score(
         :class:`FactorScoreResult`.
 
     Raises:
-        ValueError: a count below its minimum (n_train, n_eval, n_variance,
-            encode_batch_size >= 1 ... see messages), an unknown protocol, a dataset without
-            a factor of more than one value, or ``encode`` returning something other than a
-            2-D array with one row per image.
+        ValueError: naming the argument and its value, for any protocol: n_train, n_eval or
+            encode_batch_size < 1; batch_size, n_variance or chunk_size < 2; prune_threshold
+            or min_std < 0; max_images_per_value < chunk_size; an unknown protocol; a data
+            set without a factor of more than one value; ``encode`` returning something other
+            than a 2-D array with one row per image, or a changing number of dimensions.
     """
     _check_arguments(
         n_train=n_train,
@@ -426,15 +428,18 @@ class _ChunkLayout:
 
 
 class _ChunkMoments:
-    """Per-chunk count, sum and sum of squares (float64) of representations."""
+    """Per-chunk count, sum and sum of squares (float64) of representations (D from the first)."""
 
-    def __init__(self, num_chunks: int, num_dims: int) -> None:
+    def __init__(self, num_chunks: int) -> None:
         self.count = np.zeros(num_chunks, dtype=np.int64)
-        self.total = np.zeros((num_chunks, num_dims))
-        self.squares = np.zeros((num_chunks, num_dims))
+        self.total = np.zeros((num_chunks, 0))
+        self.squares = np.zeros((num_chunks, 0))
 
     def add(self, chunk: np.ndarray, representation: np.ndarray) -> None:
         """Accumulate rows of ``representation`` (n, D) into chunks ``chunk`` (n,)."""
+        if self.total.shape[1] != representation.shape[1]:
+            self.total = np.zeros((self.count.shape[0], representation.shape[1]))
+            self.squares = np.zeros_like(self.total)
         np.add.at(self.count, chunk, 1)
         np.add.at(self.total, chunk, representation)
         np.add.at(self.squares, chunk, np.square(representation))
@@ -480,7 +485,7 @@ def _accumulate_chunks(
 ) -> tuple[_Moments, _ChunkMoments]:
     """Encode, once each, the images of the selected chunks; moments over all and per chunk."""
     data_moments = _Moments()
-    chunk_moments: _ChunkMoments | None = None
+    chunk_moments = _ChunkMoments(layout.num_chunks)
     for start in range(0, layout.num_images, _SCAN_BLOCK):
         index = np.arange(start, min(start + _SCAN_BLOCK, layout.num_images))
         factors = np.stack(np.unravel_index(index, layout.sizes), axis=1)
@@ -489,13 +494,10 @@ def _accumulate_chunks(
         if not needed.any():
             continue
         representation = encoder(torch.as_tensor(factors[needed]))
-        if chunk_moments is None:
-            chunk_moments = _ChunkMoments(layout.num_chunks, representation.shape[1])
         data_moments.add(representation)
         for column in range(chunk.shape[1]):
             rows = selected[chunk[needed, column]]
             chunk_moments.add(chunk[needed, column][rows], representation[rows])
-    assert chunk_moments is not None, "every value has at least one selected chunk"
     return data_moments, chunk_moments
 
 

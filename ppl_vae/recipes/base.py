@@ -1,0 +1,171 @@
+"""Recipes: what ``ppl-vae train MODEL`` builds, trains and evaluates.
+
+A recipe turns a config dataclass (model, data and training settings, saved as JSON
+with every run) into an :class:`Experiment`: a model, its objective, its training
+tensors and an ``evaluate`` function that writes pictures and returns figures.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ppl_vae.train import RunDirectory, TrainConfig, fit
+from ppl_vae.train.checkpoint import CheckpointError, read_checkpoint
+
+
+@dataclass
+class Experiment:
+    """A model ready to train.
+
+    :param model: the model (``model``/``guide`` methods).
+    :param objective: its Pyro ELBO.
+    :param train_data: the named training tensors :func:`ppl_vae.fit` takes.
+    :param evaluate: ``evaluate(model, pictures_dir) -> figures``: writes PNGs into
+        ``pictures_dir`` and returns JSON-ready metrics.
+    """
+
+    model: nn.Module
+    objective: Any
+    train_data: Mapping[str, Any]
+    evaluate: Callable[[nn.Module, Path], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named way to build an experiment.
+
+    :param name: the CLI's ``MODEL`` argument.
+    :param config_class: a dataclass with a ``train: TrainConfig`` field.
+    :param build: ``config -> Experiment``.
+    :param demo: ``() -> config`` with settings that train on a CPU in about a minute.
+    :param description: one line for ``ppl-vae train --help``.
+    """
+
+    name: str
+    config_class: type
+    build: Callable[[Any], Experiment]
+    demo: Callable[[], Any]
+    description: str
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A recipe config as a JSON-ready dict."""
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(config_class: type, values: Mapping[str, Any]) -> Any:
+    """Build ``config_class`` from a (possibly nested, possibly partial) dict; unknown keys
+    raise ``ValueError`` naming them."""
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    unknown = set(values) - set(fields)
+    if unknown:
+        raise ValueError(
+            f"unknown settings {sorted(unknown)} for {config_class.__name__}; valid: {sorted(fields)}"
+        )
+    hints = typing.get_type_hints(config_class)
+    kwargs = {}
+    for name, value in values.items():
+        hint = hints.get(name)
+        if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
+            value = config_from_dict(hint, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return config_class(**kwargs)
+
+
+def with_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
+    """A copy of ``config`` with dotted-key overrides such as ``{"train.steps": 100, "beta": 4}``."""
+    values = config_to_dict(config)
+    for key, value in overrides.items():
+        target = values
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            if not isinstance(target.get(parent), dict):
+                raise ValueError(f"unknown setting {key!r}: {parent!r} is not a group of settings")
+            target = target[parent]
+        if leaf not in target:
+            raise ValueError(f"unknown setting {key!r}; valid: {sorted(_dotted_keys(values))}")
+        target[leaf] = value
+    return config_from_dict(type(config), values)
+
+
+def _dotted_keys(values: Mapping[str, Any], prefix: str = "") -> list[str]:
+    keys = []
+    for key, value in values.items():
+        if isinstance(value, dict):
+            keys += _dotted_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def train_recipe(
+    recipe: Recipe,
+    config: Any,
+    run_dir: str | os.PathLike,
+    resume: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Build, train and evaluate; writes the run directory and returns the figures."""
+    if not isinstance(getattr(config, "train", None), TrainConfig):
+        raise TypeError(f"{type(config).__name__} must have a 'train: TrainConfig' field")
+    experiment = recipe.build(config)
+    result = fit(
+        experiment.model,
+        experiment.objective,
+        experiment.train_data,
+        config.train,
+        run_dir=run_dir,
+        resume=resume,
+        overwrite=overwrite,
+        extra_config={"recipe": recipe.name, "config": config_to_dict(config)},
+    )
+    return _evaluate_and_save(experiment, result.model, result.run_dir, result.history)
+
+
+def _evaluate_and_save(experiment: Experiment, model: nn.Module, run: RunDirectory, history) -> dict[str, Any]:
+    model.eval()
+    with torch.no_grad():
+        figures = experiment.evaluate(model, run.pictures)
+    if history:
+        figures = {"final_losses": {k: v for k, v in history[-1].items()}, **figures}
+    run.write_metrics(figures)
+    return figures
+
+
+def load_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> tuple[Recipe, Any, Experiment]:
+    """Rebuild a run's experiment from its ``config.json`` and load its last checkpoint."""
+    run = RunDirectory(run_dir, resume=True)
+    saved = run.read_config()
+    name = saved.get("recipe")
+    if name not in recipes:
+        raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
+    recipe = recipes[name]
+    config = config_from_dict(recipe.config_class, saved["config"])
+    experiment = recipe.build(config)
+    checkpoint = read_checkpoint(run.last_checkpoint)
+    prefix = "model."
+    state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+    try:
+        experiment.model.load_state_dict(state)
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"checkpoint {run.last_checkpoint} does not fit the model its config builds: {error}"
+        ) from error
+    return recipe, config, experiment
+
+
+def evaluate_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> dict[str, Any]:
+    """Re-evaluate a finished run: rebuild, load ``last.ckpt``, write metrics and pictures."""
+    _, _, experiment = load_run(run_dir, recipes)
+    run = RunDirectory(run_dir, resume=True)
+    return _evaluate_and_save(experiment, experiment.model, run, history=None)

