@@ -9,6 +9,7 @@ into a bit-packed array, as the on-disk cache does, and reports images per secon
     python benchmarks/dsprites_render.py --quick       # 2% of the set, for CI
     python benchmarks/dsprites_render.py --fraction 0.25 --json out.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,10 +73,14 @@ def main() -> None:
         parser.error(f"--fraction must lie in (0, 1]; got {fraction}")
     result = time_render(fraction)
     result.update(
-        torch_threads=torch.get_num_threads(), cpu_count=os.cpu_count(), machine=platform.machine(), python=platform.python_version()
+        torch_threads=torch.get_num_threads(),
+        cpu_count=os.cpu_count(),
+        machine=platform.machine(),
+        python=platform.python_version(),
     )
     print(
-        f"rendered {result['images']:,} images ({result['fraction']:.1%} of the set) in {result['total_seconds']:.2f} s: "
+        f"rendered {result['images']:,} images ({result['fraction']:.1%} of the set) "
+        f"in {result['total_seconds']:.2f} s: "
         f"{result['images_per_second']:,.0f} images/s (whole set: {result['projected_full_set_seconds']:.1f} s); "
         f"random batches of {RANDOM_BATCH}: {result['random_batch_images_per_second']:,.0f} images/s"
     )

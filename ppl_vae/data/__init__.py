@@ -8,6 +8,7 @@ that small data sets can live on the GPU during training without DataLoader work
 >>> pinwheel.tensors()["x"].shape
 torch.Size([400, 2])
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -54,13 +55,13 @@ def load_dataset(name: str, **kwargs: object) -> Dataset:
 __all__ = [
     "CELEBA_ATTRIBUTES",
     "DATASETS",
+    "MNIST",
     "CelebA",
     "DSprites",
     "DSpritesRenderer",
     "FashionMNIST",
     "GrassTexture",
     "GrassyMNIST",
-    "MNIST",
     "Pinwheel",
     "TensorDictDataset",
     "find_idx_files",

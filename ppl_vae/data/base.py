@@ -1,4 +1,5 @@
 """Shared building blocks for the data sets: a data set held as named tensors."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

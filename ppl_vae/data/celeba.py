@@ -3,6 +3,7 @@
 Nothing is downloaded here: the files must already be in torchvision's layout, ``{root}/celeba/``
 holding ``img_align_celeba/`` and the ``list_*.txt`` / ``identity_CelebA.txt`` annotation files.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,9 @@ HOW_TO_GET = (
 def _check_attribute_names(argument: str, names: Sequence[str]) -> None:
     unknown = [name for name in names if name not in CELEBA_ATTRIBUTES]
     if unknown:
-        raise ValueError(f"{argument}: unknown CelebA attribute(s) {unknown}; valid names are {list(CELEBA_ATTRIBUTES)}")
+        raise ValueError(
+            f"{argument}: unknown CelebA attribute(s) {unknown}; valid names are {list(CELEBA_ATTRIBUTES)}"
+        )
 
 
 class CelebA(Dataset):
@@ -108,7 +111,9 @@ class CelebA(Dataset):
 
     @staticmethod
     def _torchvision_root(root: str) -> str:
-        if os.path.basename(os.path.normpath(root)) == "celeba" and os.path.isdir(os.path.join(root, "img_align_celeba")):
+        if os.path.basename(os.path.normpath(root)) == "celeba" and os.path.isdir(
+            os.path.join(root, "img_align_celeba")
+        ):
             root = os.path.dirname(os.path.normpath(root))
         folder = os.path.join(root, "celeba")
         missing = [name for name in REQUIRED_FILES if not os.path.exists(os.path.join(folder, name))]
@@ -136,7 +141,9 @@ class CelebA(Dataset):
         Returns:
             ``{"x": (n, 3, size, size) float32 in [0, 1], "attributes": (n, k) int64 in {0, 1}}``.
         """
-        indices = torch.arange(len(self)) if indices is None else torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        indices = (
+            torch.arange(len(self)) if indices is None else torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        )
         images = torch.empty((indices.shape[0], 3, self.size, self.size))
         for row, index in enumerate(indices.tolist()):
             images[row] = self[index][0]

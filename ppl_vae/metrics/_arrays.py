@@ -27,7 +27,13 @@ def as_label_vector(x: Any, name: str) -> np.ndarray:
     array = as_numpy(x)
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D (n,), got shape {array.shape}")
-    if array.dtype.kind not in "iub":
-        if array.dtype.kind != "f" or not np.all(np.isfinite(array) & (array == np.round(array))):
-            raise ValueError(f"{name} must hold integer labels, got dtype {array.dtype}")
+    if array.dtype.kind not in "iub" and not _integer_valued_floats(array):
+        raise ValueError(f"{name} must hold integer labels, got dtype {array.dtype}")
     return array.astype(np.int64)
+
+
+def _integer_valued_floats(array: np.ndarray) -> bool:
+    """Whether ``array`` is a float array of finite whole numbers (e.g. labels as 0.0, 1.0)."""
+    if array.dtype.kind != "f":
+        return False
+    return bool(np.all(np.isfinite(array) & (array == np.round(array))))

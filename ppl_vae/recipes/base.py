@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyro
 import torch
 from torch import nn
 
@@ -129,11 +130,15 @@ def train_recipe(
         overwrite=overwrite,
         extra_config={"recipe": recipe.name, "config": config_to_dict(config)},
     )
-    return _evaluate_and_save(experiment, result.model, result.run_dir, result.history)
+    return _evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
 
 
-def _evaluate_and_save(experiment: Experiment, model: nn.Module, run: RunDirectory, history) -> dict[str, Any]:
+def _evaluate_and_save(
+    experiment: Experiment, model: nn.Module, run: RunDirectory, history, seed: int
+) -> dict[str, Any]:
+    """Evaluate with a fixed seed (Monte Carlo figures repeat exactly) and save metrics.json."""
     model.eval()
+    pyro.set_rng_seed(seed)
     with torch.no_grad():
         figures = experiment.evaluate(model, run.pictures)
     if history:
@@ -166,6 +171,6 @@ def load_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> tuple
 
 def evaluate_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> dict[str, Any]:
     """Re-evaluate a finished run: rebuild, load ``last.ckpt``, write metrics and pictures."""
-    _, _, experiment = load_run(run_dir, recipes)
+    _, config, experiment = load_run(run_dir, recipes)
     run = RunDirectory(run_dir, resume=True)
-    return _evaluate_and_save(experiment, experiment.model, run, history=None)
+    return _evaluate_and_save(experiment, experiment.model, run, history=None, seed=config.train.seed)

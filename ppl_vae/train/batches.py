@@ -26,7 +26,14 @@ def as_groups(data: Mapping[str, torch.Tensor | Mapping[str, torch.Tensor]]) -> 
         )
     groups: TensorGroups = {}
     for name, value in data.items():
-        group = {name: value} if isinstance(value, torch.Tensor) else dict(value)
+        if isinstance(value, torch.Tensor):
+            group = {name: value}
+        elif isinstance(value, Mapping):
+            group = dict(value)
+        else:
+            raise ValueError(
+                f"data[{name!r}] must be a torch.Tensor or a mapping of tensors, got {type(value).__name__}"
+            )
         if not group:
             raise ValueError(f"data group {name!r} is empty")
         sizes = set()

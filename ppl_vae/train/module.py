@@ -155,15 +155,17 @@ class SVIModule(L.LightningModule):
         return self.device.type == "cpu" or (self.iteration + 1) % self.config.log_every_n_steps == 0
 
     def _raise_if_not_finite(self, loss: torch.Tensor, name: str) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else loss.new_zeros(())
+        if bool(torch.isfinite(loss) & torch.isfinite(grad_norm)):
+            return
         bad_grads = [
             n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
         ]
-        if torch.isfinite(loss) and not bad_grads:
-            return
         terms = {k: float(v) for k, v in objective_terms(self.objective).items()}
         bad_terms = sorted(k for k, v in terms.items() if not math.isfinite(v))
         raise NonFiniteLossError(
-            f"non-finite {name} loss ({float(loss)}) at training step {self.iteration}; "
+            f"non-finite {name} loss ({float(loss.detach())}) at training step {self.iteration}; "
             f"non-finite objective terms: {bad_terms or 'none'}; "
             f"parameters with non-finite gradients: {bad_grads[:5] or 'none'}; "
             "the last checkpoint written before this step is kept"

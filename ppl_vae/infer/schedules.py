@@ -1,0 +1,105 @@
+r"""Schedules: quantities that change with the training step.
+
+A schedule is a callable ``step -> value``. Objectives and models that hold one expose
+``set_training_step(step)``; the engine (:func:`ppl_vae.fit`) calls it on both before every
+iteration, and a plain SVI loop calls it itself::
+
+    capacity = LinearCapacity(c_min=0.0, c_max=30.0, num_steps=300_000)
+    capacity(0), capacity(150_000), capacity(10**6)   # 0.0, 15.0, 30.0
+
+- :class:`LinearSchedule`: a straight line from ``start`` to ``end`` over ``num_steps``
+  steps, constant afterwards, in either direction (a growing attention sharpness, a
+  falling temperature).
+- :class:`LinearCapacity`: the information capacity C(t) of Burgess et al. (2018), as
+  PartedVAE uses it for KL_z and KL_u (Hajimiri et al. 2021, Eq. 6).
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["LinearCapacity", "LinearSchedule"]
+
+
+def _finite(value: float, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return number
+
+
+def _check_step(step: int) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    return step
+
+
+class LinearSchedule:
+    r"""``v(t) = start + (end - start) * min(t / num_steps, 1)``.
+
+    :param start: value at step 0.
+    :param end: value from step ``num_steps`` on.
+    :param num_steps: length T of the ramp (> 0; need not be an integer).
+    """
+
+    def __init__(self, start: float, end: float, num_steps: float) -> None:
+        self.start = _finite(start, "start")
+        self.end = _finite(end, "end")
+        self.num_steps = _finite(num_steps, "num_steps")
+        if not self.num_steps > 0:
+            raise ValueError(f"num_steps must be > 0, got {num_steps!r}")
+
+    @classmethod
+    def from_rate(cls, start: float, rate: float, end: float) -> LinearSchedule:
+        """The schedule that moves from ``start`` by ``rate`` per step until it reaches ``end``.
+
+        PartedVAE's attention sharpness: ``LinearSchedule.from_rate(1.0, 2e-4, 8.0)``.
+        """
+        start, rate, end = _finite(start, "start"), _finite(rate, "rate"), _finite(end, "end")
+        if rate == 0 or (end - start) / rate <= 0:
+            raise ValueError(
+                f"rate must be non-zero and move start ({start}) towards end ({end}), got {rate}"
+            )
+        return cls(start, end, (end - start) / rate)
+
+    def __call__(self, step: int) -> float:
+        """The value at training step ``step`` (>= 0)."""
+        progress = min(_check_step(step) / self.num_steps, 1.0)
+        return self.start + (self.end - self.start) * progress
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(start={self.start}, end={self.end}, num_steps={self.num_steps})"
+
+
+class LinearCapacity(LinearSchedule):
+    r"""Information capacity :math:`C(t) = \min(C_{min} + (C_{max} - C_{min})\, t / T,\ C_{max})`.
+
+    The target of a capacity term :math:`\gamma\,|KL - C(t)|` (Burgess et al. 2018;
+    PartedVAE Eq. 6), in nats; t is the training (ELBO) step.
+
+    :param c_min: capacity at step 0, >= 0.
+    :param c_max: capacity from step ``num_steps`` on, >= ``c_min``.
+    :param num_steps: T, > 0.
+    """
+
+    def __init__(self, c_min: float, c_max: float, num_steps: float) -> None:
+        super().__init__(c_min, c_max, num_steps)
+        if self.start < 0:
+            raise ValueError(f"c_min must be >= 0, got {c_min!r}")
+        if self.end < self.start:
+            raise ValueError(f"c_max must be >= c_min ({self.start}), got {c_max!r}")
+
+    @property
+    def c_min(self) -> float:
+        """Capacity at step 0."""
+        return self.start
+
+    @property
+    def c_max(self) -> float:
+        """Final capacity."""
+        return self.end
+
+    def __repr__(self) -> str:
+        return f"LinearCapacity(c_min={self.start}, c_max={self.end}, num_steps={self.num_steps})"

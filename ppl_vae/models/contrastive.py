@@ -1,0 +1,292 @@
+"""The contrastive VAE (Abid & Zou 2019): salient features of a target set against a background set.
+
+Generative story, for a batch of B target points x and B' background points b (unpaired, of
+different sizes)::
+
+    s_n ~ p(s),  z_n ~ p(z),   x_n ~ p(x | f([s_n, z_n]))      n = 1..B    (target)
+                 z_m ~ p(z),   b_m ~ p(b | f([0,   z_m]))      m = 1..B'   (background)
+
+with one decoder f; the background has no salient site at all (s = 0 is fed to the decoder,
+not sampled). The guide is the paper's pair of encoders, mean field::
+
+    q(s_n | x_n) q(z_n | x_n)     and     q(z_m | b_m)   (the same q(z|.) network)
+
+With :class:`~pyro.infer.TraceMeanField_ELBO` the objective is the sum of the paper's target
+bound (eq. 3) and background bound (eq. 4); :class:`ppl_vae.infer.contrastive.ContrastiveELBO`
+adds the total-correlation term (eq. 5).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.infer.util import is_validation_enabled
+from pyro.nn import PyroModule, pyro_method
+from torch import nn
+
+from ppl_vae.models.likelihoods import LIKELIHOODS, check_likelihood, likelihood, likelihood_mean
+from ppl_vae.models.vae import StandardNormalPrior, data_scale
+from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
+
+COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
+CONTRASTIVE_LIKELIHOODS = (*LIKELIHOODS, *COUNT_LIKELIHOODS)
+
+
+class CountLikelihood(nn.Module):
+    r"""Negative binomial (optionally zero-inflated) observation model for count data.
+
+    The decoder's output is the log mean :math:`\log\mu` of every feature, ``(batch, F)``; the
+    inverse dispersion :math:`\theta_f` (``total_count``) and, for ``"zinb"``, the gate logit
+    :math:`\pi_f` are learned per feature (scVI's ``dispersion="gene"``)::
+
+        x_f ~ NB(total_count=theta_f, logits=log mu_f - log theta_f)        mean mu_f
+        x_f ~ pi_f delta_0 + (1 - pi_f) NB(...)                             ("zinb")
+
+    :param features: F.
+    :param zero_inflated: ``True`` for the ZINB.
+    """
+
+    def __init__(self, features: int, zero_inflated: bool = False) -> None:
+        super().__init__()
+        self.log_total_count = nn.Parameter(torch.zeros(features))
+        self.gate_logits = nn.Parameter(torch.full((features,), -2.0)) if zero_inflated else None
+
+    def forward(self, log_mean: torch.Tensor) -> dist.TorchDistribution:
+        """The distribution of counts ``(batch, F)`` given ``log_mean (batch, F)``; event dim 1."""
+        total_count = self.log_total_count.exp()
+        logits = log_mean - self.log_total_count
+        if self.gate_logits is None:
+            return dist.NegativeBinomial(total_count, logits=logits).to_event(1)
+        gate_logits = self.gate_logits.expand_as(log_mean)
+        return dist.ZeroInflatedNegativeBinomial(total_count, logits=logits, gate_logits=gate_logits).to_event(1)
+
+    def mean(self, log_mean: torch.Tensor) -> torch.Tensor:
+        """E[x] ``(batch, F)``: ``mu``, times ``1 - sigmoid(gate)`` when zero-inflated."""
+        mean = log_mean.exp()
+        return mean if self.gate_logits is None else mean * torch.sigmoid(-self.gate_logits)
+
+
+def check_contrastive_data(
+    target: torch.Tensor | None, background: torch.Tensor | None, check_finite: bool = True
+) -> None:
+    """Raise ``ValueError`` naming the argument when the target/background batch is unusable.
+
+    Both must be floating-point tensors with at least one row and the same shape after the
+    first dimension (``(B, *event)`` and ``(B', *event)``); at least one must be given. With
+    ``check_finite`` NaN or infinite values are refused too (this reads the data back from the
+    device, so the model only does it under Pyro's validation).
+    """
+    if target is None and background is None:
+        raise ValueError("target and background are both None; give at least one batch")
+    for name, data in (("target", target), ("background", background)):
+        if data is None:
+            continue
+        if not isinstance(data, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(data).__name__}")
+        if not data.is_floating_point():
+            raise ValueError(
+                f"{name} must be floating point (convert counts and images with .float()), got dtype {data.dtype}"
+            )
+        if data.dim() < 2 or data.shape[0] == 0:
+            raise ValueError(f"{name} must have shape (batch >= 1, *features), got {tuple(data.shape)}")
+        if check_finite and not bool(torch.isfinite(data).all()):
+            raise ValueError(f"{name} contains NaN or infinite values")
+    if target is not None and background is not None and target.shape[1:] != background.shape[1:]:
+        raise ValueError(
+            f"background must have the target's feature shape {tuple(target.shape[1:])}, "
+            f"got {tuple(background.shape[1:])}"
+        )
+
+
+class ContrastiveVAE(PyroModule):
+    r"""The contrastive VAE of Abid & Zou (2019), eqs. (3)-(4), as a Pyro model/guide pair.
+
+    :param salient_encoder: network ``x (B, *event) -> features (B, F_s)`` with ``out_features``.
+    :param shared_encoder: network ``x (B, *event) -> features (B, F_z)`` with ``out_features``.
+    :param decoder: network ``[s, z] (B, D_s + D_z) -> decoded (B, *event)`` (logits for
+        Bernoulli, means for Gaussian/Laplace, log means for the count likelihoods).
+    :param salient_dim: D_s.
+    :param shared_dim: D_z.
+    :param likelihood: ``"bernoulli"``, ``"gaussian"``, ``"laplace"``, ``"negative_binomial"``
+        or ``"zinb"`` (the last two need ``event_shape=(F,)``).
+    :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
+    :param bias: ``False`` makes the Gaussian heads bias-free; with bias-free encoders and
+        decoder (see :meth:`mlp`) an all-zero input maps to zero, which :meth:`denoise` and
+        :meth:`generate_salient` rely on (paper, section 3).
+    :param salient_prior: module whose ``forward()`` returns p(s) (default N(0, I)).
+    :param shared_prior: module whose ``forward()`` returns p(z) (default N(0, I)).
+    :param target_size: N, number of target points; scales the target plate by N / B.
+    :param background_size: M, number of background points; scales the background plate by M / B'.
+    :param event_shape: shape of one observation, needed for the count likelihoods' per-feature
+        parameters.
+
+    Differences from the authors' code: their loss is a batch mean of per-point terms (each
+    data set weighted by its batch size); here each plate is scaled by its own data-set size,
+    so the loss estimates the ELBO of both data sets and unequal sizes are weighted by size.
+    The count likelihoods follow contrastiveVI (the maintained successor for RNA-seq) but
+    without a library-size factor: the decoder gives the log mean directly.
+    """
+
+    def __init__(
+        self,
+        salient_encoder: nn.Module,
+        shared_encoder: nn.Module,
+        decoder: nn.Module,
+        salient_dim: int,
+        shared_dim: int,
+        likelihood: str = "bernoulli",
+        likelihood_scale: float | None = None,
+        bias: bool = True,
+        salient_prior: nn.Module | None = None,
+        shared_prior: nn.Module | None = None,
+        target_size: int | None = None,
+        background_size: int | None = None,
+        event_shape: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("salient_dim", salient_dim), ("shared_dim", shared_dim)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name, value in (("target_size", target_size), ("background_size", background_size)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        if likelihood not in CONTRASTIVE_LIKELIHOODS:
+            raise ValueError(f"likelihood must be one of {CONTRASTIVE_LIKELIHOODS}, got {likelihood!r}")
+        self.counts = None
+        if likelihood in COUNT_LIKELIHOODS:
+            if event_shape is None or len(event_shape) != 1:
+                raise ValueError(f"event_shape must be (features,) for a {likelihood} likelihood, got {event_shape}")
+            self.counts = CountLikelihood(int(event_shape[0]), zero_inflated=likelihood == "zinb")
+        else:
+            check_likelihood(likelihood, likelihood_scale)
+        self.salient_encoder = salient_encoder
+        self.shared_encoder = shared_encoder
+        self.salient_head = GaussianHead(salient_encoder.out_features, salient_dim, bias=bias)
+        self.shared_head = GaussianHead(shared_encoder.out_features, shared_dim, bias=bias)
+        self.decoder = decoder
+        self.salient_prior = salient_prior if salient_prior is not None else StandardNormalPrior(salient_dim)
+        self.shared_prior = shared_prior if shared_prior is not None else StandardNormalPrior(shared_dim)
+        for name, prior, dim in (("salient_prior", self.salient_prior, salient_dim), ("shared_prior", self.shared_prior, shared_dim)):
+            if getattr(prior, "dim", dim) != dim:
+                raise ValueError(f"{name} has dimension {prior.dim}, expected {dim}")
+        self.salient_dim = salient_dim
+        self.shared_dim = shared_dim
+        self.likelihood = likelihood
+        self.likelihood_scale = likelihood_scale
+        self.target_size = target_size
+        self.background_size = background_size
+
+    @classmethod
+    def mlp(
+        cls,
+        event_shape: Sequence[int],
+        salient_dim: int = 2,
+        shared_dim: int = 2,
+        hidden: int = 128,
+        bias: bool = True,
+        **kwargs,
+    ) -> "ContrastiveVAE":
+        """The paper's fully connected networks (appendix E): two encoders ``prod(event) -> hidden``
+        (ReLU) and a decoder ``D_s + D_z -> hidden -> prod(event)``, all with or without biases.
+
+        :param event_shape: shape of one observation, e.g. ``(1, 28, 28)`` or ``(genes,)``.
+        :param kwargs: passed to the constructor (``likelihood``, ``target_size``, ...).
+        """
+        event_shape = tuple(int(d) for d in event_shape)
+        features = math.prod(event_shape)
+
+        def encoder() -> MLP:
+            return MLP([features, hidden], bias=bias, final_activation=nn.ReLU())
+
+        decoder = mlp_decoder(salient_dim + shared_dim, [hidden], event_shape, bias=bias)
+        return cls(encoder(), encoder(), decoder, salient_dim, shared_dim, bias=bias, event_shape=event_shape, **kwargs)
+
+    def _observation(self, decoded: torch.Tensor, event_dim: int) -> dist.TorchDistribution:
+        if self.counts is not None:
+            return self.counts(decoded)
+        return likelihood(self.likelihood, decoded, event_dim, self.likelihood_scale)
+
+    def _decode_raw(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.decoder(torch.cat([s, z], dim=-1))
+
+    @pyro_method
+    def model(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
+        """p(target, s, z) p(background, z') for ``target (B, *event)`` and ``background (B', *event)``.
+
+        Sites: ``target_s``, ``target_z``, ``target_x`` in plate ``target``; ``background_z``,
+        ``background_x`` in plate ``background``. Either batch may be ``None`` (e.g. to score or
+        check the target alone).
+        """
+        check_contrastive_data(target, background, check_finite=is_validation_enabled())
+        if target is not None:
+            batch = target.shape[0]
+            with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
+                s = pyro.sample("target_s", self.salient_prior().expand([batch]))
+                z = pyro.sample("target_z", self.shared_prior().expand([batch]))
+                decoded = self._decode_raw(s, z)
+                pyro.sample("target_x", self._observation(decoded, target.dim() - 1), obs=target)
+        if background is not None:
+            batch = background.shape[0]
+            with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
+                z = pyro.sample("background_z", self.shared_prior().expand([batch]))
+                decoded = self._decode_raw(z.new_zeros(batch, self.salient_dim), z)
+                pyro.sample("background_x", self._observation(decoded, background.dim() - 1), obs=background)
+
+    @pyro_method
+    def guide(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
+        """q(s|x) q(z|x) on the target batch and q(z|b) on the background batch (same site names
+        and plates as :meth:`model`)."""
+        if target is not None:
+            batch = target.shape[0]
+            s_loc, s_scale = self.salient_head(self.salient_encoder(target))
+            z_loc, z_scale = self.shared_head(self.shared_encoder(target))
+            with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
+                pyro.sample("target_s", dist.Normal(s_loc, s_scale).to_event(1))
+                pyro.sample("target_z", dist.Normal(z_loc, z_scale).to_event(1))
+        if background is not None:
+            batch = background.shape[0]
+            z_loc, z_scale = self.shared_head(self.shared_encoder(background))
+            with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
+                pyro.sample("background_z", dist.Normal(z_loc, z_scale).to_event(1))
+
+    def salient_embedding(self, x: torch.Tensor) -> torch.Tensor:
+        """Posterior means of q(s | x): ``x (B, *event) -> (B, D_s)``."""
+        return self.salient_head(self.salient_encoder(x))[0]
+
+    def shared_embedding(self, x: torch.Tensor) -> torch.Tensor:
+        """Posterior means of q(z | x): ``x (B, *event) -> (B, D_z)``."""
+        return self.shared_head(self.shared_encoder(x))[0]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """``[E q(s|x), E q(z|x)]``: ``x (B, *event) -> (B, D_s + D_z)``."""
+        return torch.cat([self.salient_embedding(x), self.shared_embedding(x)], dim=-1)
+
+    def decode(self, latent: torch.Tensor) -> torch.Tensor:
+        """The likelihood's mean ``(B, *event)`` for ``[s, z] (B, D_s + D_z)``."""
+        decoded = self.decoder(latent)
+        if self.counts is not None:
+            return self.counts.mean(decoded)
+        return likelihood_mean(self.likelihood, decoded)
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """Decode both posterior means: ``x (B, *event) -> (B, *event)``."""
+        return self.decode(self.encode(x))
+
+    def generate_salient(self, s: torch.Tensor) -> torch.Tensor:
+        """Salient-only generation, ``f([s, 0])``: ``s (B, D_s) -> (B, *event)`` (paper, section 3, use 2)."""
+        return self.decode(torch.cat([s, s.new_zeros(s.shape[0], self.shared_dim)], dim=-1))
+
+    def denoise(self, x: torch.Tensor) -> torch.Tensor:
+        """Remove the shared (background) structure: ``x -> E q(s|x) -> f([s, 0])``,
+        ``(B, *event) -> (B, *event)`` (paper, section 3, use 3, with the posterior mean for s)."""
+        return self.generate_salient(self.salient_embedding(x))
+
+    def sample(self, n: int) -> torch.Tensor:
+        """Means of p(x | s, z) for n target draws from the priors: ``(n, *event)``."""
+        s = self.salient_prior().sample((n,))
+        z = self.shared_prior().sample((n,))
+        return self.decode(torch.cat([s, z], dim=-1))

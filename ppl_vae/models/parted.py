@@ -1,0 +1,327 @@
+r"""PartedVAE: class-related and class-independent factors (Hajimiri, Lotfi & Soleymani
+Baghshah 2021).
+
+Generative model, for V categorical variables (variable i takes L_i values) and a batch
+of B points::
+
+    z_n ~ p(z)                                  class-independent, default N(0, I)
+    for i = 1..V:
+        c_{n,i} ~ Categorical(p(c_i))           one-hot, p(c_i) fixed (uniform by default)
+        u_{n,i} | c_{n,i} = k ~ N(mu_{i,k}, diag sigma_{i,k}^2)   learned prior psi_{i,k}
+    x_n ~ p(x | decoder([z_n, u_{n,1}, ..., u_{n,V}]))
+
+c reaches x only through u. Guide::
+
+    h_n = encoder(x_n)
+    q(z_n | x_n)        = N(loc_z(h_n), diag scale_z(h_n)^2)
+    q(c_{n,i} | x_n)    = RelaxedOneHotCategorical(temperature, logits_i(h_n))   (Gumbel-softmax)
+    q(u_{n,i} | c, x_n) = N(loc_i(h_n * a_{n,i}), diag scale_i(h_n * a_{n,i})^2),
+                          a_{n,i} = sigmoid(k (W_i c_{n,i} + b_i))             (attention gate)
+
+Given labels ``y``, c is observed in the model and the guide uses the labels' one-hot
+codes instead of sampling c.
+
+Train with :class:`ppl_vae.infer.parted.PartedELBO`: the relaxed c has neither an analytic
+KL to the model's categorical nor a log-density that is safe at low temperature (pyro
+issue 3304), and the objective replaces the ELBO's c and u terms by the paper's (Eq. 6).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.nn import PyroModule, pyro_method
+from torch import nn
+from torch.nn import functional as F
+
+from ppl_vae.distributions import ClassConditionalGaussianPrior
+from ppl_vae.infer.schedules import LinearSchedule
+from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
+from ppl_vae.models.vae import StandardNormalPrior, data_scale
+from ppl_vae.nn import GaussianHead
+from ppl_vae.nn.attention import AttentionGate
+
+
+def _as_sizes(value: int | Sequence[int], name: str) -> tuple[int, ...]:
+    sizes = (value,) if isinstance(value, int) else tuple(value)
+    if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+        raise ValueError(f"{name} must be a positive integer or a non-empty list of them, got {value!r}")
+    return sizes
+
+
+class PartedVAE(PyroModule):
+    r"""PartedVAE as a Pyro model/guide pair (see the module docstring for the story).
+
+    Sites: ``"z"``; ``"c{i}"`` and ``"u{i}"`` for each categorical variable i; ``"x"``.
+    The model writes p(u_i | c_i) as ``MixtureSameFamily(Categorical(c_i), class priors)``:
+    for a one-hot c_i that is exactly the chosen class's Gaussian, and it keeps the whole
+    table of L_i class priors in the trace (``fn.component_distribution``), so that an
+    objective can take expectations over q(c_i | x) in closed form, as the authors'
+    objective does, rather than at the relaxed sample. The guide's ``"u{i}"`` site names
+    the class site it is conditioned on in ``infer["class_site"]``.
+
+    :param encoder: ``x (B, *event) -> h (B, F)`` with attribute ``out_features`` = F.
+    :param decoder: ``[z, u] (B, z_dim + sum(u_dims)) -> decoded (B, *event)``.
+    :param z_dim: dimension of z.
+    :param num_classes: L_i for each categorical variable (an int for one variable).
+    :param u_dims: dimension of each u_i (an int is used for every variable).
+    :param class_probs: p(c_i) for each variable, each ``(L_i,)``; default uniform.
+    :param prior: module whose ``forward()`` returns p(z) with ``event_shape (z_dim,)``;
+        default N(0, I) (any prior of :mod:`ppl_vae.distributions` works).
+    :param likelihood: ``"bernoulli"`` (dSprites, MNIST), ``"gaussian"`` or ``"laplace"``.
+    :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
+    :param temperature: Gumbel-softmax temperature of q(c | x), > 0 (authors: 0.67).
+    :param sharpness: schedule of the attention sharpness k over training steps; default
+        ``LinearSchedule.from_rate(1, 2e-4, 8)`` (the authors'); at evaluation (``eval()``
+        mode and in :meth:`encode`) k is the schedule's end value.
+    :param data_size: N; when set, per-point sites are scaled by N / B.
+
+    Differences from the authors' code: their heads output log-variances; here
+    :class:`~ppl_vae.nn.GaussianHead` gives ``softplus(.) + 1e-4`` scales (no overflow).
+    """
+
+    def __init__(
+        self,
+        encoder: nn.Module,
+        decoder: nn.Module,
+        z_dim: int,
+        num_classes: int | Sequence[int],
+        u_dims: int | Sequence[int] = 1,
+        class_probs: Sequence[Sequence[float] | torch.Tensor] | None = None,
+        prior: nn.Module | None = None,
+        likelihood: str = "bernoulli",
+        likelihood_scale: float | None = None,
+        temperature: float = 0.67,
+        sharpness: LinearSchedule | None = None,
+        data_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(z_dim, bool) or not isinstance(z_dim, int) or z_dim < 1:
+            raise ValueError(f"z_dim must be a positive integer, got {z_dim!r}")
+        num_classes = _as_sizes(num_classes, "num_classes")
+        u_dims = _as_sizes(u_dims, "u_dims")
+        if len(u_dims) == 1:
+            u_dims = u_dims * len(num_classes)
+        if len(u_dims) != len(num_classes):
+            raise ValueError(
+                f"u_dims must give one size per categorical variable ({len(num_classes)}), got {u_dims}"
+            )
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        if data_size is not None and data_size < 1:
+            raise ValueError(f"data_size must be >= 1 or None, got {data_size}")
+        check_likelihood(likelihood, likelihood_scale)
+        prior = prior if prior is not None else StandardNormalPrior(z_dim)
+        if getattr(prior, "dim", z_dim) != z_dim:
+            raise ValueError(f"prior has dimension {prior.dim} but z_dim is {z_dim}")
+        features = encoder.out_features
+        self.encoder = encoder
+        self.decoder = decoder
+        self.prior = prior
+        self.z_head = GaussianHead(features, z_dim)
+        self.class_heads = nn.ModuleList(nn.Linear(features, size) for size in num_classes)
+        self.attention = nn.ModuleList(AttentionGate(size, features) for size in num_classes)
+        self.u_heads = nn.ModuleList(GaussianHead(features, dim) for dim in u_dims)
+        self.class_priors = nn.ModuleList(
+            ClassConditionalGaussianPrior(size, dim) for size, dim in zip(num_classes, u_dims)
+        )
+        for i, probs in enumerate(self._class_probs(class_probs, num_classes)):
+            self.register_buffer(f"class_probs_{i}", probs)
+        self.z_dim = z_dim
+        self.num_classes = num_classes
+        self.u_dims = u_dims
+        self.likelihood = likelihood
+        self.likelihood_scale = likelihood_scale
+        self.temperature = float(temperature)
+        self.sharpness = sharpness if sharpness is not None else LinearSchedule.from_rate(1.0, 2e-4, 8.0)
+        self.data_size = data_size
+        self.training_step = 0
+
+    @staticmethod
+    def _class_probs(class_probs, num_classes: tuple[int, ...]) -> list[torch.Tensor]:
+        if class_probs is None:
+            return [torch.full((size,), 1.0 / size) for size in num_classes]
+        if len(class_probs) != len(num_classes):
+            raise ValueError(
+                f"class_probs must give one vector per categorical variable ({len(num_classes)}), "
+                f"got {len(class_probs)}"
+            )
+        tensors = []
+        for i, (probs, size) in enumerate(zip(class_probs, num_classes)):
+            probs = torch.as_tensor(probs, dtype=torch.get_default_dtype())
+            if probs.shape != (size,) or (probs < 0).any() or abs(float(probs.sum()) - 1) > 1e-5:
+                raise ValueError(
+                    f"class_probs[{i}] must be {size} non-negative numbers summing to 1, got {probs.tolist()}"
+                )
+            tensors.append(probs)
+        return tensors
+
+    @property
+    def num_variables(self) -> int:
+        """V, the number of categorical variables."""
+        return len(self.num_classes)
+
+    @property
+    def latent_dim(self) -> int:
+        """Width of the representation ``[z, u_1, ..., u_V]`` that :meth:`encode` returns."""
+        return self.z_dim + sum(self.u_dims)
+
+    def class_prior_probs(self, i: int) -> torch.Tensor:
+        """p(c_i): ``(L_i,)``."""
+        return getattr(self, f"class_probs_{i}")
+
+    def set_training_step(self, step: int) -> None:
+        """Set the step that the attention sharpness schedule reads."""
+        self.training_step = int(step)
+
+    def current_sharpness(self) -> float:
+        """k: the schedule's value at the current step when training, its end value in eval mode."""
+        return self.sharpness(self.training_step) if self.training else self.sharpness.end
+
+    def check_labels(self, y: torch.Tensor, batch_size: int) -> torch.Tensor:
+        """Labels as an int64 ``(B, V)`` tensor; ``y`` is ``(B,)`` for one variable or ``(B, V)``.
+
+        :raises ValueError: on a wrong shape, a non-integer dtype or a value outside [0, L_i).
+        """
+        if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise ValueError(f"y must be an integer tensor of class indices, got {type(y).__name__} "
+                             f"{getattr(y, 'dtype', '')}")
+        if y.dim() == 1 and self.num_variables == 1:
+            y = y.unsqueeze(-1)
+        if y.shape != (batch_size, self.num_variables):
+            expected = f"({batch_size},) or " if self.num_variables == 1 else ""
+            raise ValueError(
+                f"y must have shape {expected}({batch_size}, {self.num_variables}), got {tuple(y.shape)}"
+            )
+        for i, size in enumerate(self.num_classes):
+            if y.numel() and (y[:, i].min() < 0 or y[:, i].max() >= size):
+                raise ValueError(
+                    f"y[:, {i}] must hold class indices in [0, {size}), got values in "
+                    f"[{int(y[:, i].min())}, {int(y[:, i].max())}]"
+                )
+        return y.long()
+
+    def _one_hot(self, y: torch.Tensor, i: int, dtype: torch.dtype) -> torch.Tensor:
+        return F.one_hot(y[:, i], self.num_classes[i]).to(dtype)
+
+    @pyro_method
+    def model(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """p(x, c, u, z) for ``x (B, *event)``, ``y (B,)`` or ``(B, V)`` int (observes c);
+        returns the decoded batch ``(B, *event)``."""
+        batch = x.shape[0]
+        labels = None if y is None else self.check_labels(y, batch)
+        with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
+            latents = [pyro.sample("z", self.prior().expand([batch]))]
+            for i, class_prior in enumerate(self.class_priors):
+                c = pyro.sample(
+                    f"c{i}",
+                    dist.OneHotCategorical(probs=self.class_prior_probs(i)).expand([batch]),
+                    obs=None if labels is None else self._one_hot(labels, i, torch.get_default_dtype()),
+                )
+                # p(u_i | c_i) = sum_k c_ik N(mu_ik, sigma_ik^2): the class prior of the chosen
+                # class, with the table of all L_i class priors in view for the objective.
+                one_gaussian_per_class = class_prior().expand([batch, self.num_classes[i]])
+                u = pyro.sample(f"u{i}", dist.MixtureSameFamily(dist.Categorical(probs=c), one_gaussian_per_class))
+                latents.append(u)
+            decoded = self.decoder(torch.cat(latents, dim=-1))
+            pyro.sample(
+                "x",
+                likelihood(self.likelihood, decoded, x.dim() - 1, self.likelihood_scale),
+                obs=x,
+            )
+        return decoded
+
+    @pyro_method
+    def guide(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """q(z, c, u | x) for ``x (B, *event)``; with labels ``y`` c is not sampled. Returns
+        the sampled ``[z, u] (B, latent_dim)``."""
+        batch = x.shape[0]
+        labels = None if y is None else self.check_labels(y, batch)
+        h = self.encoder(x)
+        z_loc, z_scale = self.z_head(h)
+        sharpness = self.current_sharpness()
+        with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
+            latents = [pyro.sample("z", dist.Normal(z_loc, z_scale).to_event(1))]
+            for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads)):
+                if labels is None:
+                    c = pyro.sample(
+                        f"c{i}", dist.RelaxedOneHotCategorical(torch.tensor(self.temperature), logits=class_head(h))
+                    )
+                else:
+                    c = self._one_hot(labels, i, h.dtype)
+                u_loc, u_scale = u_head(h * gate(c, sharpness))
+                u = pyro.sample(f"u{i}", dist.Normal(u_loc, u_scale).to_event(1), infer={"class_site": f"c{i}"})
+                latents.append(u)
+        return torch.cat(latents, dim=-1)
+
+    def class_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Logits of q(c_i | x) for each variable: ``[(B, L_i)]``; the encoder's c-path."""
+        h = self.encoder(x)
+        return [head(h) for head in self.class_heads]
+
+    def classify(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Probabilities q(c_i | x) for each variable: ``[(B, L_i)]``."""
+        return [logits.softmax(-1) for logits in self.class_logits(x)]
+
+    def classifier_parameters(self) -> Iterator[nn.Parameter]:
+        """The parameters that produce q(c | x): the encoder trunk and the class heads
+        (what the semi-supervised cross-entropy step updates, and nothing else)."""
+        yield from self.encoder.parameters()
+        yield from self.class_heads.parameters()
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The representation ``[z, u_1, ..., u_V] (B, latent_dim)``: means of q(z | x) and of
+        q(u_i | c_i, x) at the most probable class c_i and the final sharpness (the authors'
+        evaluation; the Factor score uses it)."""
+        h = self.encoder(x)
+        means = [self.z_head(h)[0]]
+        for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads)):
+            c = F.one_hot(class_head(h).argmax(-1), self.num_classes[i]).to(h.dtype)
+            means.append(u_head(h * gate(c, self.sharpness.end))[0])
+        return torch.cat(means, dim=-1)
+
+    def split_latent(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[z, u] (B, latent_dim) -> (z (B, z_dim), u (B, sum(u_dims)))``."""
+        if latent.shape[-1] != self.latent_dim:
+            raise ValueError(f"latent must have {self.latent_dim} columns, got {tuple(latent.shape)}")
+        return latent[..., : self.z_dim], latent[..., self.z_dim :]
+
+    def decode(self, z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The likelihood's mean ``(B, *event)`` for ``z (B, z_dim)`` and ``u (B, sum(u_dims))``
+        (``u = [u_1, ..., u_V]``). For a traversal of ``[z, u]`` use
+        ``lambda latent: model.decode(*model.split_latent(latent))``."""
+        if z.shape[-1] != self.z_dim or u.shape[-1] != sum(self.u_dims):
+            raise ValueError(
+                f"z and u must have {self.z_dim} and {sum(self.u_dims)} columns, "
+                f"got {tuple(z.shape)} and {tuple(u.shape)}"
+            )
+        return likelihood_mean(self.likelihood, self.decoder(torch.cat([z, u], dim=-1)))
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """Decode the representation of :meth:`encode`: ``x (B, *event) -> (B, *event)``."""
+        return self.decode(*self.split_latent(self.encode(x)))
+
+    def sample(self, n: int, c: torch.Tensor | int | None = None) -> torch.Tensor:
+        """Means of p(x | z, u) for n draws z ~ p(z), c ~ p(c) (or the given classes),
+        u_i ~ p(u_i | c_i): ``(n, *event)``.
+
+        :param c: ``None``; a class index (one variable); ``(V,)`` classes for every draw
+            (V > 1); or ``(n,)`` (one variable) / ``(n, V)`` classes per draw.
+        """
+        device = self.class_priors[0].loc.device
+        if c is None:
+            labels = torch.stack(
+                [torch.multinomial(self.class_prior_probs(i), n, replacement=True) for i in range(self.num_variables)],
+                dim=-1,
+            )
+        else:
+            c = torch.as_tensor(c, device=device)
+            if c.dim() == 0 or (c.dim() == 1 and (self.num_variables > 1 or c.shape[0] == 1)):
+                c = c.reshape(1, -1).expand(n, -1)
+            labels = self.check_labels(c, n)
+        u = [prior(labels[:, i]).sample() for i, prior in enumerate(self.class_priors)]
+        z = self.prior().sample((n,))
+        return self.decode(z, torch.cat(u, dim=-1))

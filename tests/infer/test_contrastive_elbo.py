@@ -1,0 +1,136 @@
+"""ContrastiveELBO: the TC factor, the discriminator's separation from the VAE, the TC estimate."""
+import pyro
+import pytest
+import torch
+from pyro import poutine
+from pyro.infer import SVI, TraceMeanField_ELBO
+
+import ppl_vae
+from ppl_vae.infer.contrastive import ContrastiveELBO, TCDiscriminator, discriminator_loss
+from ppl_vae.models.contrastive import ContrastiveVAE
+
+FEATURES = 10
+
+
+def small_model() -> ContrastiveVAE:
+    return ContrastiveVAE.mlp((FEATURES,), 2, 2, hidden=8, likelihood="gaussian", likelihood_scale=0.5,
+                              target_size=64, background_size=32)
+
+
+def batch() -> dict[str, torch.Tensor]:
+    return {"target": torch.randn(16, FEATURES), "background": torch.randn(8, FEATURES)}
+
+
+def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def changed(before: dict[str, torch.Tensor], module: torch.nn.Module) -> list[str]:
+    return [name for name, p in module.named_parameters() if not torch.equal(before[name], p)]
+
+
+def test_total_correlation_is_a_factor_site_scaled_like_the_target_plate():
+    model, elbo, data = small_model(), ContrastiveELBO(gamma=2.0, discriminator="mlp"), batch()
+    elbo.auxiliary_steps(model)
+    model_trace, guide_trace = elbo._get_trace(model.model, model.guide, (), data)
+    site = model_trace.nodes["total_correlation"]
+    s, z = guide_trace.nodes["target_s"]["value"], guide_trace.nodes["target_z"]["value"]
+    expected = -2.0 * (64 / 16) * elbo.log_density_ratio(s, z).sum()
+    assert site["is_observed"] and torch.allclose(site["fn"].log_prob(site["value"]).sum(), expected)
+
+
+def test_loss_and_differentiable_loss_report_the_same_objective():
+    model, elbo, data = small_model(), ContrastiveELBO(gamma=3.0, discriminator="mlp"), batch()
+    elbo.auxiliary_steps(model)
+    with poutine.seed(rng_seed=1):
+        reported = elbo.loss(model.model, model.guide, **data)
+    with poutine.seed(rng_seed=1):
+        differentiable = elbo.differentiable_loss(model.model, model.guide, **data)
+    with poutine.seed(rng_seed=1):
+        plain = TraceMeanField_ELBO().loss(model.model, model.guide, **data)
+    assert reported == pytest.approx(differentiable.item(), rel=1e-5)
+    assert reported != pytest.approx(plain, rel=1e-6)
+
+
+def test_discriminator_lives_outside_model_and_param_store():
+    model, elbo, data = small_model(), ContrastiveELBO(gamma=1.0), batch()
+    (step,) = elbo.auxiliary_steps(model)
+    svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-2}), elbo)
+    svi.step(**data)
+    discriminator_ids = {id(p) for p in step.parameters}
+    assert not discriminator_ids & {id(p) for p in model.parameters()}
+    assert not discriminator_ids & {id(p) for p in pyro.get_param_store().values()}
+    assert elbo.auxiliary_modules() == {"discriminator": elbo.discriminator}
+
+
+def test_vae_step_changes_no_discriminator_parameter_and_discriminator_step_no_vae_parameter():
+    model, elbo, data = small_model(), ContrastiveELBO(gamma=5.0, discriminator="mlp"), batch()
+    (step,) = elbo.auxiliary_steps(model)
+    vae_optim = torch.optim.Adam(model.parameters(), lr=1e-2)
+    d_optim = torch.optim.Adam(step.parameters, lr=1e-2)
+
+    vae_before, d_before = snapshot(model), snapshot(elbo.discriminator)
+    vae_optim.zero_grad()
+    elbo.differentiable_loss(model.model, model.guide, **data).backward()
+    assert all(p.grad is None for p in elbo.discriminator.parameters())
+    vae_optim.step()
+    assert changed(vae_before, model) and not changed(d_before, elbo.discriminator)
+
+    vae_before, d_before = snapshot(model), snapshot(elbo.discriminator)
+    model.zero_grad(set_to_none=True)
+    d_optim.zero_grad()
+    step.loss(**data).backward()
+    assert all(p.grad is None for p in model.parameters())
+    d_optim.step()
+    assert changed(d_before, elbo.discriminator) and not changed(vae_before, model)
+
+
+def test_engine_takes_the_discriminator_step_after_the_elbo_step_and_logs_tc():
+    model, elbo = small_model(), ContrastiveELBO(gamma=1.0, discriminator="mlp")
+    data = {"target": torch.randn(64, FEATURES), "background": torch.randn(32, FEATURES)}
+    d_before = snapshot(elbo.discriminator.build(4))
+    result = ppl_vae.fit(model, elbo, data, steps=4, batch_size=16, log_every_n_steps=2, progress_bar=False)
+    assert {"elbo_loss", "discriminator_loss", "total_correlation"} <= set(result.history[-1])
+    assert changed(d_before, elbo.discriminator)
+
+
+def independent(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(n, 2), torch.randn(n, 2)
+
+
+def dependent(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    s = torch.randn(n, 2)
+    return s, s + 0.1 * torch.randn(n, 2)
+
+
+def tc_estimate(kind: str, draw, steps: int = 300) -> float:
+    """Train D on fresh draws each step, as during SVI, then estimate TC on held-out draws."""
+    discriminator = TCDiscriminator(kind, hidden=(32, 32)).build(4)
+    optim = torch.optim.Adam(discriminator.parameters(), lr=1e-2)
+    for _ in range(steps):
+        optim.zero_grad()
+        discriminator_loss(discriminator, *draw(256)).backward()
+        optim.step()
+    with torch.no_grad():
+        return discriminator(torch.cat(draw(4000), -1)).mean().item()
+
+
+def test_tc_estimate_is_near_zero_for_independent_and_positive_for_dependent_latents():
+    torch.manual_seed(0)
+    near_zero = tc_estimate("mlp", independent)
+    positive = tc_estimate("mlp", dependent)
+    assert abs(near_zero) < 0.15, near_zero
+    assert positive > 1.0, positive
+
+
+def test_linear_discriminator_cannot_see_dependence():
+    """Joint and product samples share their means, so logistic regression stays near logit 0."""
+    torch.manual_seed(0)
+    assert abs(tc_estimate("linear", dependent)) < 0.15
+
+
+@pytest.mark.parametrize("kwargs, argument", [({"gamma": -1.0}, "gamma"), ({"discriminator": "svm"}, "discriminator"),
+                                               ({"discriminator_lr": 0.0}, "discriminator_lr")])
+def test_bad_settings_raise_value_error_naming_the_argument(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        ContrastiveELBO(**kwargs)

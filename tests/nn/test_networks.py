@@ -1,0 +1,42 @@
+"""Networks: output shapes for every supported image size, bias-free maps 0 to 0, clear shape errors."""
+import pytest
+import torch
+
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, mlp_decoder
+
+
+@pytest.mark.parametrize("size", [28, 32, 64])
+def test_conv_pair_round_trips_image_shapes(size):
+    encoder, decoder = ConvEncoder(size, hidden_dim=32), ConvDecoder(5, size, hidden_dim=32)
+    features = encoder(torch.rand(3, 1, size, size))
+    assert features.shape == (3, 32) and encoder.out_features == 32
+    assert decoder(torch.randn(3, 5)).shape == (3, 1, size, size)
+    assert decoder(torch.randn(2, 3, 5)).shape == (2, 3, 1, size, size)
+
+
+def test_bias_free_networks_map_zero_to_zero():
+    assert torch.equal(ConvDecoder(4, 28, bias=False)(torch.zeros(2, 4)), torch.zeros(2, 1, 28, 28))
+    assert torch.equal(ConvEncoder(28, bias=False)(torch.zeros(2, 1, 28, 28)), torch.zeros(2, 256))
+    assert torch.equal(mlp_decoder(3, [16], (1, 28, 28), bias=False)(torch.zeros(2, 3)), torch.zeros(2, 1, 28, 28))
+    loc, _ = GaussianHead(8, 2, bias=False)(torch.zeros(5, 8))
+    assert torch.equal(loc, torch.zeros(5, 2))
+
+
+def test_gaussian_head_scale_is_positive_for_extreme_features():
+    loc, scale = GaussianHead(4, 3)(torch.tensor([[1e6, -1e6, 0.0, 1.0]]))
+    assert torch.all(scale > 0) and torch.all(torch.isfinite(scale))
+
+
+def test_mlp_flattens_images():
+    assert MLP([784, 10])(torch.rand(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_wrong_shapes_are_named():
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, 1, 64, 64\)"):
+        ConvEncoder(64)(torch.rand(2, 1, 28, 28))
+    with pytest.raises(ValueError, match="last dimension 5"):
+        ConvDecoder(5, 28)(torch.rand(2, 4))
+    with pytest.raises(ValueError, match="image_size must be 28, 32 or 64"):
+        ConvEncoder(48)
+    with pytest.raises(ValueError, match="sizes"):
+        MLP([10])

@@ -1,0 +1,58 @@
+"""Posterior predictive checks: replicates come from the model, p-values behave."""
+import pytest
+import torch
+from pyro.infer import TraceMeanField_ELBO
+
+from ppl_vae import fit
+from ppl_vae.checks import per_class_mass, pixel_means, posterior_predictive_check, save_ppc_plot
+from ppl_vae.models import VAE
+from ppl_vae.nn import MLP, mlp_decoder
+
+
+def gaussian_vae(scale: float) -> VAE:
+    torch.manual_seed(0)
+    return VAE(MLP([6, 16], final_activation=torch.nn.ReLU()), mlp_decoder(2, [16], (6,)), 2, likelihood="gaussian", likelihood_scale=scale)
+
+
+@pytest.fixture
+def x():
+    generator = torch.Generator().manual_seed(0)
+    signal = torch.randn(200, 2, generator=generator) @ torch.randn(2, 6, generator=generator)
+    return signal + 0.3 * torch.randn(200, 6, generator=generator)
+
+
+def test_fitted_model_passes_and_a_miscalibrated_noise_scale_fails(x):
+    fitted = fit(gaussian_vae(0.3), TraceMeanField_ELBO(), {"x": x}, steps=300, batch_size=64, lr=1e-2, progress_bar=False).model
+    result = posterior_predictive_check(fitted, {"x": x}, num_samples=30)
+    assert 0.02 < result.checks["x/mean_intensity"].summary()["p_value"] < 0.98
+    assert 0.02 < result.discrepancy_p_values["x"] < 0.98
+    too_wide = gaussian_vae(5.0)
+    too_wide.load_state_dict(fitted.state_dict())
+    assert posterior_predictive_check(too_wide, {"x": x}, num_samples=30).discrepancy_p_values["x"] == 1.0
+
+
+def test_user_statistics_vector_statistics_and_replicates(x, tmp_path):
+    labels = torch.arange(200) % 4
+    result = posterior_predictive_check(
+        gaussian_vae(1.0), {"x": x}, statistics={"mass": per_class_mass(labels), "means": pixel_means}, num_samples=5, keep_replicates=2
+    )
+    assert result.checks["x/mass"].observed.shape == (4,)
+    assert result.checks["x/mass"].replicated.shape == (5, 4)
+    assert result.checks["x/means"].p_value.shape == (6,)
+    assert result.replicates["x"].shape == (2, 200, 6)
+    assert not torch.equal(result.replicates["x"][0], x)
+    assert save_ppc_plot(result, tmp_path / "ppc.png").stat().st_size > 0
+    assert set(result.summary()) == {"x/mass", "x/means", "x/discrepancy_p_value"}
+
+
+def test_same_seed_gives_the_same_check(x):
+    a = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=4, seed=7).summary()
+    b = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=4, seed=7).summary()
+    assert a == b
+
+
+def test_bad_check_input_names_the_argument(x):
+    with pytest.raises(ValueError, match="num_samples"):
+        posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=1)
+    with pytest.raises(ValueError, match="labels has 3 entries"):
+        posterior_predictive_check(gaussian_vae(1.0), {"x": x}, statistics={"m": per_class_mass(torch.arange(3))}, num_samples=2)

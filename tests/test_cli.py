@@ -1,0 +1,63 @@
+"""The ppl-vae command line: train, resume, evaluate, demo, and one-line errors."""
+import json
+
+import pytest
+
+from ppl_vae.cli import main
+
+TINY = ["--steps", "4", "--batch-size", "16", "--no-progress", "--set", "num_train=96", "--set", "factor_score_votes=10", "--set", "latent_dim=2", "--set", "train.checkpoint_every_n_steps=2"]
+
+
+def test_train_writes_a_complete_run_directory_and_evaluate_rereads_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "vae", "--run-dir", str(run), *TINY]) == 0
+    config = json.loads((run / "config.json").read_text())
+    assert config["recipe"] == "vae" and config["config"]["train"]["steps"] == 4
+    assert set(config["versions"]) >= {"ppl_vae", "torch", "pyro"}
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"elbo_per_point", "factor_score", "posterior_predictive"} <= set(metrics)
+    assert (run / "metrics.csv").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    pictures = {p.name for p in (run / "pictures").iterdir()}
+    assert {"reconstructions.png", "samples.png", "traversals.png", "posterior_predictive.png"} <= pictures
+    assert str(run.resolve()) in capsys.readouterr().out
+    assert main(["evaluate", str(run)]) == 0
+    assert json.loads((run / "metrics.json").read_text())["elbo_per_point"] == pytest.approx(metrics["elbo_per_point"])
+
+
+def test_resume_continues_a_run_from_its_directory(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "vae", "--run-dir", str(run), *TINY]) == 0
+    assert main(["train", "--resume", str(run)]) == 0
+    assert json.loads((run / "metrics.json").read_text())["final_losses"]["step"] == 4
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "nope"], "unknown model 'nope'"),
+        (["train", "vae", "--set", "bogus=1"], "unknown setting 'bogus'"),
+        (["train", "vae", "--set", "novalue"], "--set expects key=value"),
+        (["train", "vae", "--steps", "0"], "steps must be a positive integer"),
+        (["train", "vae", "--set", "dataset=cifar"], "dataset must be one of"),
+        (["train", "--resume", "/nonexistent/run"], "cannot resume"),
+        (["evaluate", "/nonexistent/run"], "cannot resume"),
+        (["train"], "train needs MODEL or --resume"),
+    ],
+)
+def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_existing_run_directory_needs_overwrite(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", "vae", "--run-dir", str(run), *TINY]) == 0
+    assert main(["train", "vae", "--run-dir", str(run), *TINY]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["train", "vae", "--run-dir", str(run), "--overwrite", *TINY]) == 0
+
+
+def test_list_names_every_model(capsys):
+    assert main(["list"]) == 0
+    assert "vae" in capsys.readouterr().out

@@ -1,0 +1,200 @@
+"""The training engine: loss falls, resume is exact, steps are isolated, faults are loud."""
+import lightning as L
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
+
+from ppl_vae import fit
+from ppl_vae.infer import AuxiliaryStep
+from ppl_vae.models import VAE
+from ppl_vae.nn import MLP, mlp_decoder
+from ppl_vae.train import CheckpointError, NonFiniteLossError, RunDirectoryExistsError, read_checkpoint
+
+FAST = dict(progress_bar=False, log_every_n_steps=5, batch_size=32, lr=1e-2)
+
+
+def small_vae(seed: int = 0, latent_dim: int = 2, hidden: int = 16) -> VAE:
+    torch.manual_seed(seed)
+    encoder = MLP([8, hidden], final_activation=torch.nn.ReLU())
+    return VAE(encoder, mlp_decoder(latent_dim, [hidden], (8,)), latent_dim, likelihood="gaussian", likelihood_scale=0.5)
+
+
+@pytest.fixture
+def data():
+    generator = torch.Generator().manual_seed(1)
+    z = torch.randn(256, 2, generator=generator)
+    return {"x": z @ torch.randn(2, 8, generator=generator) + 0.1 * torch.randn(256, 8, generator=generator)}
+
+
+class Interrupt(Exception):
+    pass
+
+
+class InterruptAt(L.Callback):
+    def __init__(self, iteration: int) -> None:
+        self.iteration = iteration
+
+    def on_train_batch_end(self, trainer, module, *args) -> None:
+        if module.iteration == self.iteration:
+            raise Interrupt
+
+
+def test_small_vae_loss_falls(data):
+    result = fit(small_vae(), TraceMeanField_ELBO(), data, steps=60, **FAST)
+    losses = [record["elbo_loss"] for record in result.history]
+    assert result.steps == 60
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_resumed_run_ends_in_the_state_of_an_uninterrupted_run(data, tmp_path):
+    settings = dict(steps=40, checkpoint_every_n_steps=10, **FAST)
+    straight = fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path / "a", **settings)
+    with pytest.raises(Interrupt):
+        fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path / "b", callbacks=[InterruptAt(25)], **settings)
+    saved = read_checkpoint(tmp_path / "b" / "checkpoints" / "last.ckpt")
+    assert saved["ppl_vae"]["iteration"] == 20
+    adam_state = saved["optimizer_states"][0]["state"]
+    assert all(int(s["step"]) == 20 for s in adam_state.values())
+    resumed = fit(small_vae(seed=5), TraceMeanField_ELBO(), data, run_dir=tmp_path / "b", resume=True, **settings)
+    assert resumed.steps == 40
+    for p, q in zip(straight.model.parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(p, q)
+    assert straight.history == resumed.history
+
+
+def test_checkpoint_of_another_model_is_refused(data, tmp_path):
+    fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=10, checkpoint_every_n_steps=5, **FAST)
+    with pytest.raises(CheckpointError, match="another configuration"):
+        fit(small_vae(hidden=8), TraceMeanField_ELBO(), data, run_dir=tmp_path, resume=True, steps=10, **FAST)
+    with pytest.raises(CheckpointError, match="Trace_ELBO"):
+        fit(small_vae(), Trace_ELBO(), data, run_dir=tmp_path, resume=True, steps=10, **FAST)
+
+
+def test_corrupt_checkpoint_gives_a_clear_error(data, tmp_path):
+    fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=5, **FAST)
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="corrupt"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, resume=True, steps=5, **FAST)
+
+
+def test_existing_run_directory_is_not_overwritten_unless_asked(data, tmp_path):
+    fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=5, **FAST)
+    with pytest.raises(RunDirectoryExistsError, match="overwrite"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=5, **FAST)
+    fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=5, overwrite=True, **FAST)
+
+
+def test_run_directory_holds_config_checkpoint_and_metrics(data, tmp_path):
+    fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=10, extra_config={"note": "x"}, **FAST)
+    config = (tmp_path / "config.json").read_text()
+    assert '"torch"' in config and '"note"' in config and '"steps": 10' in config
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    lines = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert lines[0].startswith("elbo_loss") and len(lines) == 3
+
+
+class AuxiliaryObjective(TraceMeanField_ELBO):
+    """An ELBO with an auxiliary step that pulls the decoder's output bias towards 3;
+    ``elbo_weight=0`` makes the ELBO step a no-op, isolating the auxiliary one."""
+
+    def __init__(self, elbo_weight: float = 1.0) -> None:
+        super().__init__()
+        self.elbo_weight = elbo_weight
+        self.steps_seen: list[int] = []
+
+    def auxiliary_steps(self, model):
+        bias = model.decoder[0][-1].bias
+        return [AuxiliaryStep("pull", lambda **batch: (bias - 3).pow(2).sum(), [bias], when="before", lr=0.1)]
+
+    def set_training_step(self, step: int) -> None:
+        self.steps_seen.append(step)
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        return self.elbo_weight * super().differentiable_loss(model, guide, *args, **kwargs)
+
+
+def test_auxiliary_step_changes_only_its_parameters(data):
+    model = small_vae()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    fit(model, AuxiliaryObjective(elbo_weight=0.0), data, steps=10, **FAST)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed == {"decoder.0.3.bias"}
+
+
+def test_auxiliary_and_elbo_steps_alternate_and_are_logged(data):
+    objective = AuxiliaryObjective()
+    result = fit(small_vae(), objective, data, steps=30, **FAST)
+    assert objective.steps_seen == list(range(30))
+    assert {"pull_loss", "elbo_loss", "step"} == set(result.history[-1])
+    assert result.history[-1]["pull_loss"] < result.history[0]["pull_loss"]
+
+
+class ExplodingELBO(TraceMeanField_ELBO):
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.step = at, 0
+        self.terms = {}
+
+    def set_training_step(self, step: int) -> None:
+        self.step = step
+
+    def differentiable_loss(self, model, guide, *args, **kwargs):
+        loss = super().differentiable_loss(model, guide, *args, **kwargs)
+        self.terms = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if self.step >= self.at else 0.0)}
+        return loss * float("nan") if self.step >= self.at else loss
+
+
+def test_nan_loss_stops_the_run_naming_step_and_terms_and_keeps_the_last_checkpoint(data, tmp_path):
+    with pytest.raises(NonFiniteLossError, match=r"step 12.*penalty"):
+        fit(small_vae(), ExplodingELBO(at=12), data, run_dir=tmp_path, steps=30, checkpoint_every_n_steps=5, **FAST)
+    saved = read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")
+    assert saved["ppl_vae"]["iteration"] == 10
+    assert all(torch.isfinite(t).all() for t in saved["state_dict"].values())
+
+
+def test_plain_svi_trains_next_to_the_engine(data):
+    fit(small_vae(), TraceMeanField_ELBO(), data, steps=5, **FAST)
+    pyro.clear_param_store()
+    model = small_vae(seed=3)
+    svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-2}), TraceMeanField_ELBO())
+    losses = [svi.step(data["x"]) for _ in range(60)]
+    assert losses[-1] < 0.7 * losses[0]
+    engine_model = small_vae(seed=3)
+    result = fit(engine_model, TraceMeanField_ELBO(), data, steps=40, **FAST)
+    assert result.history[-1]["elbo_loss"] < result.history[0]["elbo_loss"]
+
+
+def test_unpaired_data_groups_reach_the_model_by_name():
+    seen = []
+
+    class TwoGroupModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.loc = torch.nn.Parameter(torch.zeros(1))
+
+        def model(self, target, background):
+            seen.append((target.shape[0], background.shape[0]))
+            with pyro.plate("t", target.shape[0]):
+                pyro.sample("obs_t", dist.Normal(self.loc, 1.0), obs=target[:, 0])
+
+        def guide(self, target, background):
+            pass
+
+    data = {"target": torch.randn(100, 1), "background": torch.randn(30, 1)}
+    fit(TwoGroupModel(), Trace_ELBO(), data, steps=3, batch_size=16, progress_bar=False)
+    assert seen == [(16, 16)] * 3
+
+
+def test_bad_training_input_names_the_argument(data):
+    with pytest.raises(ValueError, match="steps"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, steps=0, progress_bar=False)
+    with pytest.raises(ValueError, match="NaN"):
+        fit(small_vae(), TraceMeanField_ELBO(), {"x": torch.full((8, 8), float("nan"))}, steps=1, progress_bar=False)
+    with pytest.raises(TypeError, match="unknown training settings"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, stepz=3)
+    with pytest.raises(ValueError, match="cuda"):
+        if torch.cuda.is_available():
+            raise ValueError("cuda present: nothing to check")
+        fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, device="cuda", progress_bar=False)
