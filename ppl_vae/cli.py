@@ -15,12 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ppl_vae.recipes import RECIPES, config_from_dict, evaluate_run, train_recipe, with_overrides
 from ppl_vae.train import CheckpointError, RunDirectory, RunDirectoryExistsError
@@ -134,6 +137,13 @@ def _list(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The ``ppl-vae`` argument parser."""
     parser = argparse.ArgumentParser(prog="ppl-vae", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ["PPL_VAE_NUM_THREADS"]) if os.environ.get("PPL_VAE_NUM_THREADS") else None,
+        help="torch CPU threads (default: $PPL_VAE_NUM_THREADS, else torch's choice); "
+        "use 1 when other processes share the CPU",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train a model and write a run directory")
@@ -176,6 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train" and not args.model and not args.resume:
         print("ppl-vae: error: train needs MODEL or --resume RUN_DIR", file=sys.stderr)
         return 2
+    if args.threads is not None:
+        if args.threads < 1:
+            print(f"ppl-vae: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+            return 2
+        torch.set_num_threads(args.threads)
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
     try:

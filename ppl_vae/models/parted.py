@@ -27,6 +27,7 @@ issue 3304), and the objective replaces the ELBO's c and u terms by the paper's 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import pyro
@@ -41,7 +42,7 @@ from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, data_scale
-from ppl_vae.nn import GaussianHead
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, mlp_decoder
 from ppl_vae.nn.attention import AttentionGate
 
 
@@ -49,6 +50,17 @@ def _as_sizes(value: int | Sequence[int], name: str) -> tuple[int, ...]:
     sizes = (value,) if isinstance(value, int) else tuple(value)
     if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
         raise ValueError(f"{name} must be a positive integer or a non-empty list of them, got {value!r}")
+    return sizes
+
+
+def _u_sizes(num_classes: int | Sequence[int], u_dims: int | Sequence[int]) -> tuple[int, ...]:
+    """The dimension of each u_i; one size is used for every variable."""
+    num_variables = len(_as_sizes(num_classes, "num_classes"))
+    sizes = _as_sizes(u_dims, "u_dims")
+    if len(sizes) == 1:
+        sizes = sizes * num_variables
+    if len(sizes) != num_variables:
+        raise ValueError(f"u_dims must give one size per categorical variable ({num_variables}), got {u_dims!r}")
     return sizes
 
 
@@ -101,14 +113,8 @@ class PartedVAE(PyroModule):
         super().__init__()
         if isinstance(z_dim, bool) or not isinstance(z_dim, int) or z_dim < 1:
             raise ValueError(f"z_dim must be a positive integer, got {z_dim!r}")
+        u_dims = _u_sizes(num_classes, u_dims)
         num_classes = _as_sizes(num_classes, "num_classes")
-        u_dims = _as_sizes(u_dims, "u_dims")
-        if len(u_dims) == 1:
-            u_dims = u_dims * len(num_classes)
-        if len(u_dims) != len(num_classes):
-            raise ValueError(
-                f"u_dims must give one size per categorical variable ({len(num_classes)}), got {u_dims}"
-            )
         if not (isinstance(temperature, (int, float)) and temperature > 0):
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         if data_size is not None and data_size < 1:
@@ -139,6 +145,52 @@ class PartedVAE(PyroModule):
         self.sharpness = sharpness if sharpness is not None else LinearSchedule.from_rate(1.0, 2e-4, 8.0)
         self.data_size = data_size
         self.training_step = 0
+
+    @classmethod
+    def conv(
+        cls,
+        image_size: int = 64,
+        z_dim: int = 5,
+        num_classes: int | Sequence[int] = 3,
+        u_dims: int | Sequence[int] = 1,
+        channels: int = 1,
+        hidden: int = 256,
+        **kwargs,
+    ) -> PartedVAE:
+        """The authors' convolutional pair (NOTES Sec. 1): :class:`~ppl_vae.nn.ConvEncoder` to
+        ``hidden`` features and the mirrored :class:`~ppl_vae.nn.ConvDecoder` from ``[z, u]``.
+        Defaults are the authors' dSprites sizes (z 5, c [3], u 1).
+
+        :param kwargs: passed to the constructor (``likelihood``, ``temperature``, ...).
+        """
+        num_u = sum(_u_sizes(num_classes, u_dims))
+        encoder = ConvEncoder(image_size, channels, hidden_dim=hidden)
+        decoder = ConvDecoder(z_dim + num_u, image_size, channels, hidden_dim=hidden)
+        return cls(encoder, decoder, z_dim, num_classes, u_dims, **kwargs)
+
+    @classmethod
+    def mlp(
+        cls,
+        event_shape: Sequence[int],
+        z_dim: int = 6,
+        num_classes: int | Sequence[int] = 10,
+        u_dims: int | Sequence[int] = 10,
+        hidden: Sequence[int] = (512, 256),
+        **kwargs,
+    ) -> PartedVAE:
+        """Fully connected networks: encoder ``prod(event) -> hidden[0] -> ... -> hidden[-1]``
+        (ReLU), decoder ``[z, u] -> hidden[-1] -> ... -> hidden[0] -> prod(event)``. Defaults are
+        the MNIST probe of NOTES Sec. 5 (784-512-256, z 6, c [10], u 10).
+
+        :param event_shape: shape of one observation, e.g. ``(1, 28, 28)``.
+        :param kwargs: passed to the constructor.
+        """
+        event_shape = tuple(int(d) for d in event_shape)
+        hidden = [int(h) for h in hidden]
+        num_u = sum(_u_sizes(num_classes, u_dims))
+        encoder = MLP([math.prod(event_shape), *hidden], final_activation=nn.ReLU())
+        decoder = mlp_decoder(z_dim + num_u, hidden[::-1], event_shape)
+        return cls(encoder, decoder, z_dim, num_classes, u_dims, **kwargs)
 
     @staticmethod
     def _class_probs(class_probs, num_classes: tuple[int, ...]) -> list[torch.Tensor]:

@@ -101,6 +101,8 @@ class DecompositionConfig:
     :param aggregate_over_dataset: in the inclusive KL, build q(z) from the whole training
         set every step instead of the minibatch.
     :param likelihood: None picks Gaussian (scale 0.1) for pinwheel and Bernoulli for images.
+    :param flatten: train MLPs on flattened images instead of the convolutional pair (cheap
+        CPU runs; the paper uses convolutions for images).
     :param hidden: width of the encoder's features (the paper's pinwheel MLP: 100).
     :param evaluation_points: points encoded for the q(z) figures.
     :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
@@ -120,6 +122,7 @@ class DecompositionConfig:
     aggregate_over_dataset: bool = False
     likelihood: str | None = None
     likelihood_scale: float | None = None
+    flatten: bool = False
     hidden: int = 100
     mnist_dir: str | None = None
     evaluation_points: int = 2000
@@ -134,8 +137,11 @@ def build(config: DecompositionConfig) -> Experiment:
     data = load_training_data(
         config.dataset, config.num_train, config.train.seed, image_size=config.image_size, mnist_dir=config.mnist_dir
     )
+    image_shape = tuple(data.x.shape[1:])
+    if config.flatten:
+        data.x = data.x.reshape(data.x.shape[0], -1)
     encoder, decoder = networks(data, config.latent_dim, config.hidden)
-    likelihood = config.likelihood or ("bernoulli" if data.x.dim() == 4 else "gaussian")
+    likelihood = config.likelihood or ("bernoulli" if len(image_shape) == 3 else "gaussian")
     scale = config.likelihood_scale
     if scale is None and likelihood != "bernoulli":
         scale = 0.1
@@ -168,7 +174,7 @@ def build(config: DecompositionConfig) -> Experiment:
         figures.update(image_model_pictures(trained, x, labels, pictures))
         if config.dataset == "dsprites" and config.factor_score_votes > 0:
             result = factor_score(
-                trained.encode,
+                lambda images: trained.encode(images.reshape(images.shape[0], *data.x.shape[1:])),
                 data.source,
                 n_train=config.factor_score_votes,
                 n_eval=max(config.factor_score_votes // 2, 1),
