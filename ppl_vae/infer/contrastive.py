@@ -14,6 +14,7 @@ points of the batch, and at its optimum ``log D(v) / (1 - D(v)) = log q(s, z) / 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 import pyro
 import torch
@@ -50,7 +51,7 @@ class TCDiscriminator(nn.Module):
         self.input_dim: int | None = None
         self.net: nn.Module | None = None
 
-    def build(self, input_dim: int, device: torch.device | str | None = None) -> "TCDiscriminator":
+    def build(self, input_dim: int, device: torch.device | str | None = None) -> TCDiscriminator:
         """Create the network for inputs of width ``input_dim`` on ``device`` (once; later calls
         check the width)."""
         if self.net is not None:
@@ -59,7 +60,7 @@ class TCDiscriminator(nn.Module):
             return self
         sizes = [input_dim, *(self.hidden if self.kind == "mlp" else ()), 1]
         layers: list[nn.Module] = []
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (n_in, n_out) in enumerate(pairwise(sizes)):
             layers.append(nn.Linear(n_in, n_out))
             if i < len(sizes) - 2:
                 layers.append(nn.LeakyReLU(0.2))

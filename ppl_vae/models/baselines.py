@@ -51,7 +51,7 @@ class ContrastivePCA:
         self.eigenvalues: np.ndarray | None = None
         self.mean: np.ndarray | None = None
 
-    def fit(self, target: np.ndarray | torch.Tensor, background: np.ndarray | torch.Tensor) -> "ContrastivePCA":
+    def fit(self, target: np.ndarray | torch.Tensor, background: np.ndarray | torch.Tensor) -> ContrastivePCA:
         """Fit on ``target (N, *features)`` and ``background (M, *features)``."""
         x, b = _as_matrix(target, "target"), _as_matrix(background, "background")
         if x.shape[1] != b.shape[1]:

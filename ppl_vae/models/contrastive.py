@@ -189,7 +189,7 @@ class ContrastiveVAE(PyroModule):
         hidden: int = 128,
         bias: bool = True,
         **kwargs,
-    ) -> "ContrastiveVAE":
+    ) -> ContrastiveVAE:
         """The paper's fully connected networks (appendix E): two encoders ``prod(event) -> hidden``
         (ReLU) and a decoder ``D_s + D_z -> hidden -> prod(event)``, all with or without biases.
 

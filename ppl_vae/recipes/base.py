@@ -116,9 +116,11 @@ def train_recipe(
     resume: bool = False,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Build, train and evaluate; writes the run directory and returns the figures."""
+    """Build (seeded by ``config.train.seed``, so a resumed run rebuilds the same model and
+    data), train and evaluate; writes the run directory and returns the figures."""
     if not isinstance(getattr(config, "train", None), TrainConfig):
         raise TypeError(f"{type(config).__name__} must have a 'train: TrainConfig' field")
+    pyro.set_rng_seed(config.train.seed)
     experiment = recipe.build(config)
     result = fit(
         experiment.model,
@@ -156,6 +158,7 @@ def load_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> tuple
         raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
     recipe = recipes[name]
     config = config_from_dict(recipe.config_class, saved["config"])
+    pyro.set_rng_seed(config.train.seed)
     experiment = recipe.build(config)
     checkpoint = read_checkpoint(run.last_checkpoint)
     prefix = "model."

@@ -1,10 +1,8 @@
 """ContrastiveVAE: the generative story's sites, bias-free networks, accessors, bad input,
 and the paper's claim on a short seeded Grassy-MNIST run."""
+import math
 import warnings
 
-import math
-
-import pyro
 import pytest
 import torch
 from pyro import poutine
