@@ -54,7 +54,7 @@ def main() -> None:
 
 def _grid_figure(densities: dict, path) -> None:
     fig, axes = plt.subplots(2, 4, figsize=(12, 6))
-    for ax, ((alpha, beta), z) in zip(axes.ravel(), densities.items()):
+    for ax, ((alpha, beta), z) in zip(axes.ravel(), densities.items(), strict=True):
         ax.hist2d(z[:, 0], z[:, 1], bins=50, range=[[-2, 2], [-2, 2]], cmap="viridis")
         ax.set_title(f"alpha={alpha:g}, beta={beta:g}", fontsize=9)
         ax.set_xticks([]), ax.set_yticks([])

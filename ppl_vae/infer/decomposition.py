@@ -167,6 +167,7 @@ class DecompositionELBO(TraceMeanField_ELBO):
         self.chunk_size = chunk_size
         self.factor_name = factor_name
         self.terms: dict[str, torch.Tensor] = {}
+        self._last_divergence = torch.zeros(())
         self._aggregate_on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
 
     def _get_trace(self, model, guide, args, kwargs):

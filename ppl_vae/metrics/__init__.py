@@ -8,11 +8,13 @@
 - :func:`silhouette`: silhouette score of an embedding against labels (Contrastive VAE).
 """
 from ppl_vae.metrics.accuracy import classification_accuracy, clustering_accuracy
+from ppl_vae.metrics.aggregate import aggregate_posterior_mismatch
 from ppl_vae.metrics.factor_score import FactorDataset, FactorScoreResult, factor_score
 from ppl_vae.metrics.silhouette import silhouette
 from ppl_vae.metrics.sparsity import hoyer_sparsity
 
 __all__ = [
+    "aggregate_posterior_mismatch",
     "FactorDataset",
     "FactorScoreResult",
     "classification_accuracy",

@@ -1,5 +1,19 @@
 """Models: each a :class:`~pyro.nn.PyroModule` with ``model`` and ``guide`` methods."""
+from ppl_vae.models.baselines import ContrastivePCA
+from ppl_vae.models.contrastive import ContrastiveVAE, CountLikelihood, check_contrastive_data
+from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.likelihoods import LIKELIHOODS, likelihood, likelihood_mean
 from ppl_vae.models.vae import VAE, StandardNormalPrior
 
-__all__ = ["LIKELIHOODS", "VAE", "StandardNormalPrior", "likelihood", "likelihood_mean"]
+__all__ = [
+    "LIKELIHOODS",
+    "VAE",
+    "ContrastivePCA",
+    "ContrastiveVAE",
+    "CountLikelihood",
+    "DecompositionVAE",
+    "StandardNormalPrior",
+    "check_contrastive_data",
+    "likelihood",
+    "likelihood_mean",
+]

@@ -127,8 +127,9 @@ class ContrastiveVAE(PyroModule):
     Differences from the authors' code: their loss is a batch mean of per-point terms (each
     data set weighted by its batch size); here each plate is scaled by its own data-set size,
     so the loss estimates the ELBO of both data sets and unequal sizes are weighted by size.
-    The count likelihoods follow contrastiveVI (the maintained successor for RNA-seq) but
-    without a library-size factor: the decoder gives the log mean directly.
+    The count likelihoods follow contrastiveVI (the maintained successor for RNA-seq): the
+    encoders read ``log(1 + x)``; but there is no library-size factor: the decoder gives the
+    log mean directly.
     """
 
     def __init__(
@@ -210,6 +211,11 @@ class ContrastiveVAE(PyroModule):
             return self.counts(decoded)
         return likelihood(self.likelihood, decoded, event_dim, self.likelihood_scale)
 
+    def _encoder_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``log(1 + x)`` for count likelihoods (scVI's ``log_variational``: raw counts span
+        orders of magnitude), ``x`` otherwise."""
+        return torch.log1p(x) if self.counts is not None else x
+
     def _decode_raw(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return self.decoder(torch.cat([s, z], dim=-1))
 
@@ -242,24 +248,25 @@ class ContrastiveVAE(PyroModule):
         and plates as :meth:`model`)."""
         if target is not None:
             batch = target.shape[0]
-            s_loc, s_scale = self.salient_head(self.salient_encoder(target))
-            z_loc, z_scale = self.shared_head(self.shared_encoder(target))
+            features = self._encoder_input(target)
+            s_loc, s_scale = self.salient_head(self.salient_encoder(features))
+            z_loc, z_scale = self.shared_head(self.shared_encoder(features))
             with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
                 pyro.sample("target_s", dist.Normal(s_loc, s_scale).to_event(1))
                 pyro.sample("target_z", dist.Normal(z_loc, z_scale).to_event(1))
         if background is not None:
             batch = background.shape[0]
-            z_loc, z_scale = self.shared_head(self.shared_encoder(background))
+            z_loc, z_scale = self.shared_head(self.shared_encoder(self._encoder_input(background)))
             with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
                 pyro.sample("background_z", dist.Normal(z_loc, z_scale).to_event(1))
 
     def salient_embedding(self, x: torch.Tensor) -> torch.Tensor:
         """Posterior means of q(s | x): ``x (B, *event) -> (B, D_s)``."""
-        return self.salient_head(self.salient_encoder(x))[0]
+        return self.salient_head(self.salient_encoder(self._encoder_input(x)))[0]
 
     def shared_embedding(self, x: torch.Tensor) -> torch.Tensor:
         """Posterior means of q(z | x): ``x (B, *event) -> (B, D_z)``."""
-        return self.shared_head(self.shared_encoder(x))[0]
+        return self.shared_head(self.shared_encoder(self._encoder_input(x)))[0]
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``[E q(s|x), E q(z|x)]``: ``x (B, *event) -> (B, D_s + D_z)``."""

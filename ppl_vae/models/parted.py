@@ -132,7 +132,7 @@ class PartedVAE(PyroModule):
         self.attention = nn.ModuleList(AttentionGate(size, features) for size in num_classes)
         self.u_heads = nn.ModuleList(GaussianHead(features, dim) for dim in u_dims)
         self.class_priors = nn.ModuleList(
-            ClassConditionalGaussianPrior(size, dim) for size, dim in zip(num_classes, u_dims)
+            ClassConditionalGaussianPrior(size, dim) for size, dim in zip(num_classes, u_dims, strict=True)
         )
         for i, probs in enumerate(self._class_probs(class_probs, num_classes)):
             self.register_buffer(f"class_probs_{i}", probs)
@@ -202,7 +202,7 @@ class PartedVAE(PyroModule):
                 f"got {len(class_probs)}"
             )
         tensors = []
-        for i, (probs, size) in enumerate(zip(class_probs, num_classes)):
+        for i, (probs, size) in enumerate(zip(class_probs, num_classes, strict=True)):
             probs = torch.as_tensor(probs, dtype=torch.get_default_dtype())
             if probs.shape != (size,) or (probs < 0).any() or abs(float(probs.sum()) - 1) > 1e-5:
                 raise ValueError(
@@ -297,10 +297,10 @@ class PartedVAE(PyroModule):
         sharpness = self.current_sharpness()
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             latents = [pyro.sample("z", dist.Normal(z_loc, z_scale).to_event(1))]
-            for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads)):
+            for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):
                 if labels is None:
                     c = pyro.sample(
-                        f"c{i}", dist.RelaxedOneHotCategorical(torch.tensor(self.temperature), logits=class_head(h))
+                        f"c{i}", dist.RelaxedOneHotCategorical(h.new_tensor(self.temperature), logits=class_head(h))
                     )
                 else:
                     c = self._one_hot(labels, i, h.dtype)
@@ -330,7 +330,7 @@ class PartedVAE(PyroModule):
         evaluation; the Factor score uses it)."""
         h = self.encoder(x)
         means = [self.z_head(h)[0]]
-        for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads)):
+        for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):
             c = F.one_hot(class_head(h).argmax(-1), self.num_classes[i]).to(h.dtype)
             means.append(u_head(h * gate(c, self.sharpness.end))[0])
         return torch.cat(means, dim=-1)

@@ -4,7 +4,17 @@ Encoders map data to features, :class:`GaussianHead` maps features to a Gaussian
 ``(loc, scale)``, decoders map latents to the parameters of the likelihood.
 """
 from ppl_vae.nn.conv import ConvDecoder, ConvEncoder
+from ppl_vae.nn.discriminator import DISCRIMINATORS, TCDiscriminator
 from ppl_vae.nn.heads import GaussianHead
 from ppl_vae.nn.mlp import MLP, Unflatten, mlp_decoder
 
-__all__ = ["ConvDecoder", "ConvEncoder", "GaussianHead", "MLP", "Unflatten", "mlp_decoder"]
+__all__ = [
+    "DISCRIMINATORS",
+    "ConvDecoder",
+    "ConvEncoder",
+    "GaussianHead",
+    "MLP",
+    "TCDiscriminator",
+    "Unflatten",
+    "mlp_decoder",
+]

@@ -131,6 +131,13 @@ def salient_grid(salient_dim: int, n: int = 8, radius: float = 2.0) -> torch.Ten
     return grid
 
 
+def for_display(images: torch.Tensor) -> torch.Tensor:
+    """Each image ``(n, C, H, W)`` clipped at 0 and divided by its maximum: a denoised digit keeps
+    the faint intensity it has in Grassy-MNIST (``1 / (1 + amplitude)``) and would look black."""
+    images = images.clamp_min(0)
+    return images / images.amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
+
+
 def build(config: ContrastiveConfig) -> Experiment:
     """The contrastive VAE (paper MLPs), its objective and the target/background tensors."""
     data = load_contrastive_data(config)
@@ -164,10 +171,10 @@ def build(config: ContrastiveConfig) -> Experiment:
         }
         save_latent_scatter(pictures / "salient.png", salient, y, title="salient means by label")
         if images:
-            save_reconstructions(pictures / "denoised.png", x[:32], trained.denoise(x[:32]).clamp(0, 1),
-                                 title="target (odd rows) and denoised f([s, 0]) (even rows)")
-            save_image_grid(pictures / "salient_samples.png", trained.generate_salient(salient_grid(config.salient_dim)).clamp(0, 1),
-                            title="salient-only samples f([s, 0])")
+            save_reconstructions(pictures / "denoised.png", x[:32], for_display(trained.denoise(x[:32])),
+                                 title="target (odd rows) and denoised f([s, 0]), rescaled (even rows)")
+            save_image_grid(pictures / "salient_samples.png", for_display(trained.generate_salient(salient_grid(config.salient_dim))),
+                            title="salient-only samples f([s, 0]), rescaled")
         statistics = {**DEFAULT_STATISTICS, "per_class_mass": per_class_mass(y[:256])}
         ppc = posterior_predictive_check(trained, {"target": x[:256]}, statistics=statistics, num_samples=20)
         save_ppc_plot(ppc, pictures / "posterior_predictive.png")

@@ -295,7 +295,7 @@ def _save_class_priors(model: PartedVAE, path: Path) -> Path:
     """p(u_i | c_i = k) for each variable: densities (u of dimension 1) or means with
     one-std ellipses in the first two dimensions."""
     fig, axes = plt.subplots(1, model.num_variables, figsize=(4.5 * model.num_variables, 4), squeeze=False)
-    for i, (ax, prior) in enumerate(zip(axes[0], model.class_priors)):
+    for i, (ax, prior) in enumerate(zip(axes[0], model.class_priors, strict=True)):
         loc = prior.loc.detach().cpu().numpy()
         std = np.exp(0.5 * prior.log_variance.detach().cpu().numpy())
         for k in range(loc.shape[0]):
@@ -314,15 +314,15 @@ def _save_class_priors(model: PartedVAE, path: Path) -> Path:
 
 
 def demo() -> PartedConfig:
-    """PartedVAE on 3,000 generated dSprites images, 5% of them labelled: under a minute on a CPU."""
+    """PartedVAE on 2,000 generated dSprites images, 5% of them labelled: under a minute on a CPU."""
     return PartedConfig(
         dataset="dsprites",
-        num_train=3000,
+        num_train=2000,
         label_fraction=0.05,
         hidden=128,
-        num_eval=500,
-        factor_score_votes=200,
-        train=TrainConfig(steps=150, batch_size=64, lr=1e-3, log_every_n_steps=50, checkpoint_every_n_steps=150),
+        num_eval=200,
+        factor_score_votes=100,
+        train=TrainConfig(steps=120, batch_size=32, lr=1e-3, log_every_n_steps=40, checkpoint_every_n_steps=120),
     )
 
 

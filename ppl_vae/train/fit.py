@@ -173,7 +173,7 @@ def fit(
         num_sanity_val_steps=0,
         use_distributed_sampler=False,
         default_root_dir=str(run.path) if run is not None else None,
-        log_every_n_steps=config.log_every_n_steps,
+        log_every_n_steps=min(config.log_every_n_steps, config.steps),
     )
     if not config.data_on_device:
         warnings.warn("data_on_device=False: batches are copied to the device every step", stacklevel=2)

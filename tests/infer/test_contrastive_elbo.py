@@ -6,7 +6,8 @@ from pyro import poutine
 from pyro.infer import SVI, TraceMeanField_ELBO
 
 import ppl_vae
-from ppl_vae.infer.contrastive import ContrastiveELBO, TCDiscriminator, discriminator_loss
+from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss
+from ppl_vae.nn import TCDiscriminator
 from ppl_vae.models.contrastive import ContrastiveVAE
 
 FEATURES = 10

@@ -5,7 +5,6 @@ import math
 import pyro
 import pytest
 import torch
-from pyro import poutine
 from pyro.infer import TraceMeanField_ELBO
 from torch import nn
 
@@ -59,7 +58,7 @@ def test_alpha_zero_is_the_beta_vae_objective(name):
     assert torch.allclose(loss, expected)
     grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
     expected_grads = torch.autograd.grad(expected, list(beta_vae.parameters()), allow_unused=True)
-    for g, e in zip(grads, expected_grads):
+    for g, e in zip(grads, expected_grads, strict=True):
         assert (g is None and e is None) or torch.allclose(g, e, atol=1e-6)
 
 

@@ -2,7 +2,6 @@
 schedule, accessors, a multi-label configuration that trains, and bad input."""
 import math
 
-import pyro
 import pytest
 import torch
 from pyro import poutine
@@ -12,6 +11,7 @@ from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.models.parted import PartedVAE
+from ppl_vae.recipes.parted import PartedConfig, labelled_subset
 
 EVENT = (1, 8, 8)
 
@@ -177,3 +177,18 @@ def test_bad_labels_raise_in_model_and_guide(y, match):
 def test_decode_rejects_latents_of_the_wrong_width():
     with pytest.raises(ValueError, match="columns"):
         small_model().decode(torch.zeros(2, 3), torch.zeros(2, 3))
+
+
+def test_labelled_subset_is_stratified_by_class():
+    labels = torch.arange(3000) % 3
+    chosen = labelled_subset(labels, fraction=0.005, seed=1)
+    assert torch.bincount(labels[chosen]).tolist() == [5, 5, 5]
+    assert torch.bincount(labels[labelled_subset(labels, count=256)]).tolist() == [86, 85, 85]
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.1, 1.5])
+def test_label_fraction_outside_zero_one_raises(fraction):
+    with pytest.raises(ValueError, match="fraction"):
+        labelled_subset(torch.arange(10) % 2, fraction=fraction)
+    with pytest.raises(ValueError, match="label_fraction"):
+        PartedConfig(label_fraction=fraction)
