@@ -188,7 +188,7 @@ def fit(
                 ckpt_path=str(run.last_checkpoint) if resume else None,
                 weights_only=False,
             )
-        if run is not None and trainer.is_global_zero:
+        if run is not None:
             trainer.save_checkpoint(run.last_checkpoint)
     model.cpu()
     return FitResult(model=model, history=module.history, steps=module.iteration, run_dir=run)
