@@ -19,8 +19,10 @@ class TrainConfig:
     :param devices: number of devices (processes under data parallelism).
     :param num_nodes: number of machines.
     :param strategy: Lightning strategy: ``"auto"``, ``"ddp"``, ...
-    :param data_on_device: keep the training tensors on the device and index them
-        there (no DataLoader workers, no per-batch copies).
+    :param data_on_device: the GPU data path: move the training tensors to the device
+        once and index them there (no DataLoader workers, no per-batch host-to-device
+        copies). ``False`` keeps them in (pinned) host memory and copies each batch, for
+        data larger than device memory.
     :param log_every_n_steps: per-term losses are averaged on the device and written
         every this many iterations (no host synchronisation in between).
     :param checkpoint_every_n_steps: write ``checkpoints/last.ckpt`` this often; a run

@@ -175,8 +175,6 @@ def fit(
         default_root_dir=str(run.path) if run is not None else None,
         log_every_n_steps=min(config.log_every_n_steps, config.steps),
     )
-    if not config.data_on_device:
-        warnings.warn("data_on_device=False: batches are copied to the device every step", stacklevel=2)
     with pyro.validation_enabled(config.validate):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")

@@ -196,7 +196,10 @@ class SVIModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         self.batches.shard(self.global_rank, self.trainer.world_size)
-        self.batches.to(self.device)
+        if self.config.data_on_device:
+            self.batches.to(self.device)
+        elif self.device.type == "cuda":
+            self.batches.pin_memory()
 
     def on_train_start(self) -> None:
         if self._pending_rng is not None:

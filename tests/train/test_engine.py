@@ -198,3 +198,23 @@ def test_bad_training_input_names_the_argument(data):
         if torch.cuda.is_available():
             raise ValueError("cuda present: nothing to check")
         fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, device="cuda", progress_bar=False)
+
+
+class DeviceRecorder(L.Callback):
+    def __init__(self) -> None:
+        self.devices: list[torch.device] = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+        self.devices.append(module.batches.groups["x"]["x"].device)
+
+
+@pytest.mark.parametrize("data_on_device", [True, False])
+def test_gpu_data_path_option_places_the_training_tensors(data, data_on_device):
+    recorder = DeviceRecorder()
+    result = fit(small_vae(), TraceMeanField_ELBO(), data, steps=3, data_on_device=data_on_device, callbacks=[recorder], **FAST)
+    assert result.steps == 3
+    assert {d.type for d in recorder.devices} == {"cpu"}
+    if torch.cuda.is_available():
+        cuda = DeviceRecorder()
+        fit(small_vae(), TraceMeanField_ELBO(), data, steps=3, device="cuda", data_on_device=data_on_device, callbacks=[cuda], **FAST)
+        assert {d.type for d in cuda.devices} == {"cuda" if data_on_device else "cpu"}
