@@ -2,6 +2,8 @@
 from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss, permute_shared
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
+from ppl_vae.infer.parted import PartedELBO, classification_loss
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import (
     AuxiliaryStep,
     auxiliary_modules,
@@ -14,9 +16,13 @@ __all__ = [
     "AuxiliaryStep",
     "ContrastiveELBO",
     "DecompositionELBO",
+    "LinearCapacity",
+    "LinearSchedule",
+    "PartedELBO",
     "aggregate_log_density",
     "auxiliary_modules",
     "auxiliary_steps",
+    "classification_loss",
     "discriminator_loss",
     "inclusive_kl",
     "mmd_dimensionwise",

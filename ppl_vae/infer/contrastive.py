@@ -23,19 +23,30 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
+from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.nn.discriminator import TCDiscriminator
 
 
 def permute_shared(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Samples of q(s) q(z) from joint samples: ``[s_n, z_pi(n)] (B, D_s + D_z)`` for a random
-    permutation pi of the batch (the authors swap the halves of the batch instead)."""
-    return torch.cat([s, z[torch.randperm(z.shape[0], device=z.device)]], dim=-1)
+    permutation pi of the batch (the authors swap the halves of the batch instead).
+
+    Under data parallelism pi permutes the global batch (one permutation for every process,
+    :func:`~ppl_vae.infer.distributed.shared_permutation`) and each process returns its own
+    rows n, whose partner z_pi(n) may live on another process (gathered): together the
+    processes build exactly the pairs one process with the global batch would."""
+    every_z = all_gather(z)
+    partners = local_rows(shared_permutation(every_z.shape[0], device=z.device), z.shape[0])
+    return torch.cat([s, every_z[partners]], dim=-1)
 
 
 def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """``mean_n [-log D([s_n, z_n]) - log(1 - D([s_n, z_pi(n)]))]``, the logistic loss of
-    joint against permuted samples (appendix C), computed from logits."""
+    joint against permuted samples (appendix C), computed from logits. Under data
+    parallelism the mean runs over this process's rows of the global batch (pairs from
+    :func:`permute_shared`); DDP's average of the processes' gradients is the gradient of
+    the global mean."""
     joint = discriminator(torch.cat([s, z], dim=-1))
     product = discriminator(permute_shared(s, z))
     return F.softplus(-joint).mean() + F.softplus(product).mean()
@@ -87,7 +98,7 @@ class ContrastiveELBO(TraceMeanField_ELBO):
     [0.085, 0.935] before taking logs, and split the batch in halves to pair s with another
     point's z; here D has its own loss and optimiser on detached samples (FactorVAE's
     design), the log ratio is D's logit (no squashing needed), and z is permuted over the
-    whole batch.
+    whole batch (the global batch of all processes under data parallelism).
     """
 
     def __init__(

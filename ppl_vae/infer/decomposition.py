@@ -15,6 +15,14 @@ plate, weighted by the number of points N the ELBO's sum stands for (B, or the m
 ``data_size``), so that alpha means what it means in Eq. 7, where every term is per data
 point. Pyro then counts it like any observed site: ``loss`` and ``differentiable_loss``
 agree by construction and the term is visible by name in a trace.
+
+Under data parallelism (N processes with B points each, :mod:`ppl_vae.infer.distributed`)
+D is a function of the global batch of N B points, not of each process's B: the MMD
+compares the encodings and prior draws of every process, and q(z) of the inclusive KL is
+the aggregate encoding of the global batch. Each process's factor keeps its own N (its B
+points, or ``data_size``), so the processes' losses add up (without ``data_size``) or
+average (with it, as DDP's averaged gradients do) to the loss of one process with batch
+N B, term for term.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ from ppl_vae.infer.divergences import (
     aggregate_log_density,
     mmd_dimensionwise,
 )
+from ppl_vae.infer.distributed import all_gather
 
 DIVERGENCES = ("mmd", "inclusive_kl")
 
@@ -94,6 +103,14 @@ class DecompositionELBO(TraceMeanField_ELBO):
       aggregate encoding of the minibatch (:func:`~ppl_vae.infer.aggregate_log_density`),
       or, with ``aggregate_data``, of a whole data set, encoded by the guide in chunks
       (App. B: the pinwheel experiment uses B = n = 400, where both coincide).
+
+    Under data parallelism "the minibatch" is the global batch of every process: the MMD
+    is computed between the gathered ``{z_n}`` and ``{z'_n}`` of all processes (on each of
+    them), the aggregate encoding of the inclusive KL gathers every process's ``q(z|x_n)``,
+    and each process averages ``log p - log q`` over its own B prior draws (the mean of
+    these per-process estimates is the global one; the leave-one-out baseline below is
+    taken over all draws). With ``aggregate_data`` every process encodes the whole data
+    set itself and nothing is gathered but the baseline.
 
     Gradients reach the encoder through ``z_n`` and ``q(z|x)``, and learned prior
     parameters through the prior draws when the prior has ``rsample`` (Gaussian,
@@ -210,19 +227,20 @@ class DecompositionELBO(TraceMeanField_ELBO):
         prior_z, prior_log_prob = _prior_draws(prior)
         if self.divergence == "mmd":
             posterior_z = guide_site["value"].reshape(-1, prior_z.shape[-1])
-            return mmd_dimensionwise(posterior_z, prior_z, self.length_scales)
+            return mmd_dimensionwise(all_gather(posterior_z), all_gather(prior_z), self.length_scales)
         if self.aggregate_data is None:
             loc, scale = _diagonal_normal(guide_site["fn"], self.latent)
-            loc, scale = loc.reshape(-1, loc.shape[-1]), scale.reshape(-1, scale.shape[-1])
+            loc, scale = all_gather(loc.reshape(-1, loc.shape[-1])), all_gather(scale.reshape(-1, scale.shape[-1]))
         else:
             loc, scale = self._aggregate_encodings(guide, prior_z.device)
         log_ratio = prior_log_prob - aggregate_log_density(prior_z, loc, scale, self.chunk_size)
         estimate = log_ratio.mean()
-        draws = log_ratio.shape[0]
-        if not prior.has_rsample and prior_log_prob.requires_grad and draws > 1:
+        if not prior.has_rsample and prior_log_prob.requires_grad:
             detached = log_ratio.detach()
-            baseline = (detached.sum() - detached) / (draws - 1)
-            estimate = estimate + ((detached - baseline) * (prior_log_prob - prior_log_prob.detach())).mean()
+            every_draw = all_gather(detached)
+            if every_draw.shape[0] > 1:
+                baseline = (every_draw.sum() - detached) / (every_draw.shape[0] - 1)
+                estimate = estimate + ((detached - baseline) * (prior_log_prob - prior_log_prob.detach())).mean()
         return estimate
 
     def _aggregate_encodings(self, guide: Callable, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,7 @@ from ppl_vae.models.baselines import ContrastivePCA
 from ppl_vae.models.contrastive import ContrastiveVAE, CountLikelihood, check_contrastive_data
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.likelihoods import LIKELIHOODS, likelihood, likelihood_mean
+from ppl_vae.models.parted import PartedVAE
 from ppl_vae.models.vae import VAE, StandardNormalPrior
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "ContrastiveVAE",
     "CountLikelihood",
     "DecompositionVAE",
+    "PartedVAE",
     "StandardNormalPrior",
     "check_contrastive_data",
     "likelihood",

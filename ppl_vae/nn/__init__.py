@@ -3,6 +3,7 @@
 Encoders map data to features, :class:`GaussianHead` maps features to a Gaussian's
 ``(loc, scale)``, decoders map latents to the parameters of the likelihood.
 """
+from ppl_vae.nn.attention import AttentionGate
 from ppl_vae.nn.conv import ConvDecoder, ConvEncoder
 from ppl_vae.nn.discriminator import DISCRIMINATORS, TCDiscriminator
 from ppl_vae.nn.heads import GaussianHead
@@ -10,6 +11,7 @@ from ppl_vae.nn.mlp import MLP, Unflatten, mlp_decoder
 
 __all__ = [
     "DISCRIMINATORS",
+    "AttentionGate",
     "ConvDecoder",
     "ConvEncoder",
     "GaussianHead",

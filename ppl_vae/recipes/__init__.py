@@ -1,5 +1,5 @@
 """The models ``ppl-vae train MODEL`` knows, by name."""
-from ppl_vae.recipes import contrastive, decomposition, vae
+from ppl_vae.recipes import contrastive, decomposition, parted, vae
 from ppl_vae.recipes.base import (
     Experiment,
     Recipe,
@@ -11,7 +11,7 @@ from ppl_vae.recipes.base import (
     with_overrides,
 )
 
-RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (vae.RECIPE, decomposition.RECIPE, contrastive.RECIPE)}
+RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (vae.RECIPE, parted.RECIPE, contrastive.RECIPE, decomposition.RECIPE)}
 
 __all__ = [
     "RECIPES",

@@ -18,6 +18,7 @@ from torch import nn
 from ppl_vae.train.batches import TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_checkpoint
 from ppl_vae.train.config import TrainConfig
+from ppl_vae.train.distributed import launch_rank, training_strategy
 from ppl_vae.train.module import SVIModule, architecture
 from ppl_vae.train.run_dir import RunDirectory
 
@@ -40,6 +41,8 @@ class FitResult:
     :param history: per-term means, one dict per logging interval (with ``"step"``).
     :param steps: training iterations completed.
     :param run_dir: the run directory, when one was written.
+    :param global_rank: this process's rank under data parallelism (0 on one process):
+        every process returns, only rank 0 should evaluate and write results.
     """
 
     model: nn.Module
@@ -47,6 +50,7 @@ class FitResult:
     steps: int
     run_dir: RunDirectory | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    global_rank: int = 0
 
 
 def _accelerator(device: str) -> str:
@@ -110,6 +114,13 @@ def fit(
     :param extra_config: more settings to save in ``config.json`` (model, data).
     :param callbacks: extra Lightning callbacks.
 
+    Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see
+    :func:`~ppl_vae.train.distributed.training_strategy`) trains one process per device,
+    each on its own rows of every global batch of ``devices * num_nodes * batch_size``
+    rows. Lightning re-launches the calling script for the other processes, or a launcher
+    (torchrun, srun) starts them all; each runs ``fit``. Only rank 0 prepares ``run_dir``
+    and writes checkpoints; :attr:`FitResult.global_rank` tells the others apart.
+
     The torch optimisers own ``model.parameters()`` (and the parameters of the
     objective's auxiliary steps); Pyro's parameter store is never read for training, so
     stale entries from an earlier notebook run cannot leak into this one, and
@@ -133,8 +144,12 @@ def fit(
     )
     module = SVIModule(model, objective, config, batches)
 
+    num_processes = config.devices * config.num_nodes
+    rank = launch_rank(config.devices)
     run = None
-    if run_dir is not None:
+    if run_dir is not None and rank > 0:
+        run = RunDirectory(run_dir, overwrite=True, resume=resume)
+    elif run_dir is not None:
         run = RunDirectory(run_dir, overwrite=overwrite, resume=resume)
         if resume:
             _check_resumable(run.last_checkpoint, module)
@@ -161,7 +176,7 @@ def fit(
         accelerator=_accelerator(config.device),
         devices=config.devices,
         num_nodes=config.num_nodes,
-        strategy=config.strategy,
+        strategy=training_strategy(config.strategy, num_processes),
         max_epochs=1,
         max_steps=-1,
         logger=CSVLogger(run.path, name="", version="") if run is not None else False,
@@ -189,4 +204,6 @@ def fit(
         if run is not None:
             trainer.save_checkpoint(run.last_checkpoint)
     model.cpu()
-    return FitResult(model=model, history=module.history, steps=module.iteration, run_dir=run)
+    return FitResult(
+        model=model, history=module.history, steps=module.iteration, run_dir=run, global_rank=trainer.global_rank
+    )

@@ -15,8 +15,10 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.steps import (
     AuxiliaryStep,
     auxiliary_modules,
@@ -26,6 +28,7 @@ from ppl_vae.infer.steps import (
 )
 from ppl_vae.train.batches import TensorBatches
 from ppl_vae.train.config import TrainConfig
+from ppl_vae.train.distributed import mean_over_processes, seed_process
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -66,6 +69,12 @@ class SVIModule(L.LightningModule):
     Per-term losses (the objective's ``terms`` plus each auxiliary loss) are summed on the
     device and averaged over ``log_every_n_steps`` iterations before they are read, so the
     host waits on the device once per logging interval, not once per term per step.
+
+    On several processes (DDP) each process trains on its own rows of the global batch;
+    batch-level terms are computed over the global batch (each step runs inside
+    :func:`~ppl_vae.infer.distributed.global_batch`), processes draw their noise from
+    different seeds, logged values are averaged over processes, and checkpoints hold every
+    process's random state.
     """
 
     def __init__(
@@ -124,6 +133,12 @@ class SVIModule(L.LightningModule):
         self._accumulate(f"{name}_loss", loss.detach())
 
     def training_step(self, batch: dict[str, dict[str, torch.Tensor]], batch_idx: int) -> None:
+        with global_batch():
+            self._training_iteration(batch)
+        if self.iteration % self.config.log_every_n_steps == 0 or self.iteration == self.batches.num_batches:
+            self._flush_logs()
+
+    def _training_iteration(self, batch: dict[str, dict[str, torch.Tensor]]) -> None:
         set_training_step(self.iteration, self.model, self.objective)
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
@@ -142,8 +157,6 @@ class SVIModule(L.LightningModule):
                 self._auxiliary_step(step, optimizer, batch)
         self.iteration += 1
         self._count += 1
-        if self.iteration % self.config.log_every_n_steps == 0 or self.iteration == self.batches.num_batches:
-            self._flush_logs()
 
     def _auxiliary_step(self, step: AuxiliaryStep, optimizer, batch) -> None:
         groups = [step.data_group] if step.data_group is not None else self.elbo_groups
@@ -179,7 +192,7 @@ class SVIModule(L.LightningModule):
         if not self._count:
             return
         names = list(self._sums)
-        means = (torch.stack([self._sums[n] for n in names]) / self._count).tolist()
+        means = mean_over_processes(torch.stack([self._sums[n] for n in names]) / self._count).tolist()
         record = dict(zip(names, means))
         self._sums, self._count = {}, 0
         record["step"] = self.iteration
@@ -202,14 +215,27 @@ class SVIModule(L.LightningModule):
             self.batches.pin_memory()
 
     def on_train_start(self) -> None:
-        if self._pending_rng is not None:
+        world_size = self.trainer.world_size
+        if isinstance(self._pending_rng, list) and len(self._pending_rng) == world_size:
+            _set_rng_state(self._pending_rng[self.global_rank])
+        elif self._pending_rng is not None and world_size == 1:
             _set_rng_state(self._pending_rng)
-            self._pending_rng = None
+        elif world_size > 1:
+            seed_process(self.config.seed + self.iteration)
+        self._pending_rng = None
+
+    def _rng_states(self) -> dict[str, Any] | list[dict[str, Any]]:
+        """This process's random state, or every process's (in rank order) under DDP."""
+        if self.trainer.world_size == 1:
+            return _rng_state()
+        states: list[Any] = [None] * self.trainer.world_size
+        dist.all_gather_object(states, _rng_state())
+        return states
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["ppl_vae"] = {
             "iteration": self.iteration,
-            "rng": _rng_state(),
+            "rng": self._rng_states(),
             "history": self.history,
             "model_class": type(self.model).__qualname__,
             "objective_class": type(self.objective).__qualname__,
