@@ -138,7 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds, args.pool, args.labelled = 2, 1, 1, 1024, 64
-        args.batch_sizes = [min(b, 16) for b in args.batch_sizes] if args.device == "cpu" else args.batch_sizes
+        if args.device == "cpu":
+            args.batch_sizes = [8]
+    if args.device == "cpu":
+        torch.set_num_threads(1)
     payload = {"settings": vars(args) | {"json": str(args.json)}, "machine": machine("cpu"), "rows": []}
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device available: gpu_throughput measures nothing on this machine (run it where torch sees a GPU)")

@@ -2,6 +2,7 @@
 
     ppl-vae train MODEL [--steps N] [--set key=value ...] [--run-dir DIR]
     ppl-vae train --resume RUN_DIR
+    ppl-vae sweep MODEL --grid key=v1,v2 [--grid ...] --seeds 0,1,2 [--jobs N] [--out DIR] [--set ...]
     ppl-vae evaluate RUN_DIR
     ppl-vae demo [--out DIR] [--models vae,...]
     ppl-vae list
@@ -13,6 +14,7 @@ and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -27,6 +29,7 @@ import torch
 
 from ppl_vae.recipes import RECIPES, config_from_dict, evaluate_run, train_recipe, with_overrides
 from ppl_vae.train import CheckpointError, RunDirectory, RunDirectoryExistsError
+from ppl_vae.train.sweep import plan_sweep, run_sweep, visible_gpus
 
 _TRAIN_SHORTCUTS = {
     "steps": "train.steps",
@@ -128,6 +131,41 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_grid(entries: Sequence[str]) -> dict[str, list[Any]]:
+    grid: dict[str, list[Any]] = {}
+    for entry in entries:
+        key, sep, values = entry.partition("=")
+        if not sep or not key or not values:
+            raise UsageError(f"--grid expects key=value1,value2,..., got {entry!r}")
+        grid[key.strip()] = [_parse_value(value) for value in values.split(",")]
+    return grid
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    if args.model not in RECIPES:
+        raise UsageError(f"unknown model {args.model!r}; available: {', '.join(sorted(RECIPES))}")
+    recipe = RECIPES[args.model]
+    grid = _parse_grid(args.grid)
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",")]
+    except ValueError:
+        raise UsageError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    overrides = _parse_sets(args.set)
+    base = recipe.demo() if args.demo_settings else recipe.config_class()
+    for values in itertools.product(*grid.values()):
+        with_overrides(base, {**overrides, **dict(zip(grid, values))})
+    threads = args.threads
+    if threads is None and not visible_gpus():
+        threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    out = Path(args.out) if args.out else _default_run_dir(f"sweep-{recipe.name}")
+    jobs = plan_sweep(recipe.name, grid, seeds, out, overrides, args.demo_settings, threads)
+    table = run_sweep(jobs, out, parallel=args.jobs)
+    print(f"sweep table: {(out / 'sweep.json').resolve()} and sweep.csv")
+    return 0 if all(run["status"] == "ok" for run in table["runs"]) else 1
+
+
 def _list(args: argparse.Namespace) -> int:
     for name, recipe in sorted(RECIPES.items()):
         print(f"{name:14s} {recipe.description}")
@@ -163,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
     train.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     train.set_defaults(handler=_train)
+
+    sweep = sub.add_parser("sweep", help="train a grid of settings x seeds as separate jobs and tabulate them")
+    sweep.add_argument("model", help=f"one of: {', '.join(sorted(RECIPES))}")
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a setting and its values (repeatable)")
+    sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    sweep.add_argument("--jobs", type=int, default=1, help="jobs at once on a CPU-only machine (GPUs: one job per GPU)")
+    sweep.add_argument("--out", help="sweep folder (default runs/sweep-MODEL-TIMESTAMP)")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting shared by every run")
+    sweep.add_argument("--demo-settings", action="store_true", help="start every run from the small demo settings")
+    sweep.set_defaults(handler=_sweep)
 
     evaluate = sub.add_parser("evaluate", help="re-evaluate a run from its last checkpoint")
     evaluate.add_argument("run_dir")

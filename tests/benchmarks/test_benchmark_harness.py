@@ -1,0 +1,109 @@
+"""The benchmark scripts run end to end at tiny sizes and write the JSON they promise.
+
+These check the harness (arguments, loops, tables, result files), not speed: every script
+runs in a subprocess with ``--quick`` (and smaller settings where it has them) on one thread,
+with CUDA hidden.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def run_benchmark(script: str, json_path: Path, *arguments: str) -> dict:
+    """Run ``benchmarks/<script> --json json_path *arguments``; the JSON it wrote."""
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    completed = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--json", str(json_path), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+        cwd=BENCHMARKS.parent,
+    )
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-4000:]
+    assert f"wrote {json_path}" in completed.stdout
+    return json.loads(json_path.read_text())
+
+
+def assert_timing_row(row: dict) -> None:
+    assert row["min_seconds"] <= row["median_seconds"] <= row["max_seconds"]
+    assert row["min_seconds"] > 0
+    assert len(row["rounds"]) >= 1
+
+
+def test_overhead_times_every_loop_of_every_model(tmp_path):
+    result = run_benchmark("overhead.py", tmp_path / "overhead.json", "--quick")
+    assert set(result["models"]) == {"decomposition", "parted", "contrastive"}
+    for name, model in result["models"].items():
+        expected = {"torch", "svi", "engine"} | ({"authors"} if name == "parted" else set())
+        assert set(model["loops"]) == expected
+        for row in model["loops"].values():
+            assert_timing_row(row)
+        assert model["loops"]["torch"]["ratio_to_torch"] == pytest.approx(1.0)
+    parted = result["models"]["parted"]["loops"]
+    assert parted["authors"]["ratio_to_authors"] == pytest.approx(1.0)
+    assert parted["engine"]["ratio_to_authors"] == pytest.approx(
+        parted["engine"]["median_seconds"] / parted["authors"]["median_seconds"]
+    )
+    assert result["settings"]["threads"] == 1
+
+
+def test_overhead_runs_one_model_alone(tmp_path):
+    result = run_benchmark("overhead.py", tmp_path / "contrastive.json", "--quick", "--models", "contrastive")
+    assert list(result["models"]) == ["contrastive"]
+    assert result["models"]["contrastive"]["batch_sizes"] == {"target": 16, "background": 16}
+
+
+def test_gpu_throughput_says_so_and_exits_cleanly_without_a_gpu(tmp_path):
+    result = run_benchmark("gpu_throughput.py", tmp_path / "gpu.json", "--quick")
+    assert result["cuda_available"] is False
+    assert result["rows"] == []
+
+
+def test_gpu_throughput_harness_measures_both_models_on_the_cpu(tmp_path):
+    result = run_benchmark("gpu_throughput.py", tmp_path / "gpu_cpu.json", "--quick", "--device", "cpu")
+    assert {(row["model"], row["batch_size"]) for row in result["rows"]} == {("parted", 8), ("decomposition", 8)}
+    for row in result["rows"]:
+        assert set(row["loops"]) == {"engine", "torch"}
+        for loop in row["loops"].values():
+            assert_timing_row(loop)
+            assert loop["epoch_seconds"] == pytest.approx(737_280 / loop["images_per_second"])
+
+
+def test_whole_data_passes_report_memory_and_time_per_size(tmp_path):
+    result = run_benchmark("whole_data_passes.py", tmp_path / "passes.json", "--quick")
+    assert [row["options"]["protocol"] for row in result["factor_score"]] == ["parted", "parted", "standard"]
+    passes = {(row["pass"], row["num_encodings"], row["chunk_size"]) for row in result["inclusive_kl"]}
+    assert ("aggregate", 1024, 512) in passes and ("aggregate", 1024, 1024) in passes
+    assert {row["pass"] for row in result["inclusive_kl"]} == {"aggregate", "elbo_step"}
+    for row in result["inclusive_kl"]:
+        assert row["seconds"] >= 0 and row["rss_delta_mib"] >= 0
+
+
+def test_engine_throughput_compares_three_loops(tmp_path):
+    result = run_benchmark(
+        "engine_throughput.py", tmp_path / "engine.json", "--quick", "--threads", "1", "--batch-size", "8"
+    )
+    assert set(result["throughput"]) == {"torch", "svi", "engine"}
+    assert result["throughput"]["torch"]["ratio_to_torch"] == pytest.approx(1.0)
+    assert result["render"]["images"] > 0
+
+
+def test_dsprites_render_reports_images_per_second(tmp_path):
+    result = run_benchmark("dsprites_render.py", tmp_path / "render.json", "--quick")
+    assert result["images"] > 0 and result["images_per_second"] > 0
+
+
+def test_factor_score_memory_reports_every_configuration(tmp_path):
+    result = run_benchmark("factor_score_memory.py", tmp_path / "factor.json", "--quick")
+    assert len(result["rows"]) == 3
+    for row in result["rows"]:
+        assert row["images_encoded"] > 0 and 0.0 <= row["score"] <= 1.0
