@@ -36,7 +36,7 @@ def time_render(fraction: float) -> dict[str, float | int]:
     setup_s = time.perf_counter() - start
     num_blocks = max(1, round(fraction * NUM_IMAGES / BLOCK_SIZE))
     packed = np.empty((num_blocks * BLOCK_SIZE, IMAGE_SIZE * IMAGE_SIZE // 8), dtype=np.uint8)
-    for _, (start_row, block) in zip(range(num_blocks), renderer.iter_blocks()):
+    for _, (start_row, block) in zip(range(num_blocks), renderer.iter_blocks(), strict=False):
         packed[start_row : start_row + BLOCK_SIZE] = np.packbits(block.reshape(BLOCK_SIZE, -1), axis=1)
     images = packed.shape[0]
     total_s = time.perf_counter() - start

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyro
 import torch
 from pyro import poutine
 
@@ -177,7 +176,7 @@ def save_ppc_plot(result: PPCResult, path: str | os.PathLike) -> Path:
 
     names = list(result.checks)
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.5), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    for ax, name in zip(axes[0], names, strict=False):
         check = result.checks[name]
         if check.observed.ndim == 0:
             ax.hist(check.replicated, bins=15, color="tab:blue", alpha=0.7, label="replicates")

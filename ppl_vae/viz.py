@@ -139,7 +139,7 @@ def save_density_comparison(
     lo, hi = np.percentile(both, 0.5, axis=0), np.percentile(both, 99.5, axis=0)
     extent = [[lo[0], hi[0]], [lo[1], hi[1]]] if q.shape[1] == 2 else None
     fig, axes = plt.subplots(1, 2, figsize=(9, 4.5))
-    for ax, samples, name in zip(axes, (q, p), ("q(z)", "p(z)")):
+    for ax, samples, name in zip(axes, (q, p), ("q(z)", "p(z)"), strict=False):
         if samples.shape[1] == 2:
             ax.hist2d(samples[:, 0], samples[:, 1], bins=bins, range=extent, cmap="viridis")
         else:

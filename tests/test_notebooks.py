@@ -2,7 +2,6 @@
 
 Notebooks read ``PPL_VAE_NOTEBOOK_SMALL=1`` in their first cell and shrink data and steps.
 """
-import os
 from pathlib import Path
 
 import nbformat

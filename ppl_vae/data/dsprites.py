@@ -225,7 +225,7 @@ def _load_original(path: str) -> tuple[_PackedImages, dict[str, torch.Tensor] | 
             latent_values = archive["latents_values"]
             values = {
                 name: torch.from_numpy(latent_values[np.arange(size) * base, k].astype(np.float64))
-                for k, (name, size, base) in enumerate(zip(FACTOR_NAMES, FACTOR_SIZES, _BASES))
+                for k, (name, size, base) in enumerate(zip(FACTOR_NAMES, FACTOR_SIZES, _BASES, strict=False))
             }
     return _PackedImages(packed), values
 
@@ -399,7 +399,7 @@ class DSprites(Dataset):
         factors = factors.to(torch.int64)
         if factors.numel():
             low, high = factors.min(dim=0).values, factors.max(dim=0).values
-            for k, (name, size) in enumerate(zip(FACTOR_NAMES, FACTOR_SIZES)):
+            for k, (name, size) in enumerate(zip(FACTOR_NAMES, FACTOR_SIZES, strict=False)):
                 if low[k] < 0 or high[k] >= size:
                     raise ValueError(
                         f"factors[:, {k}] ({name}) must lie in [0, {size - 1}]; got values in "

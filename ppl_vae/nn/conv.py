@@ -99,7 +99,7 @@ class ConvDecoder(nn.Module):
         )
         layers: list[nn.Module] = []
         outs = reversed_channels[1:] + [channels]
-        for i, (c_in, c_out) in enumerate(zip(reversed_channels, outs)):
+        for i, (c_in, c_out) in enumerate(zip(reversed_channels, outs, strict=False)):
             first_of_28 = image_size == 28 and i == 0
             padding, output_padding = (2, 1) if first_of_28 else (1, 0)
             layers.append(

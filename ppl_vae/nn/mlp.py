@@ -31,7 +31,7 @@ class MLP(nn.Sequential):
         if len(sizes) < 2 or any(int(s) < 1 for s in sizes):
             raise ValueError(f"sizes must list at least two positive widths, got {list(sizes)}")
         layers: list[nn.Module] = [nn.Flatten()]
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=False)):
             layers.append(nn.Linear(int(n_in), int(n_out), bias=bias))
             if i < len(sizes) - 2:
                 layers.append(activation())

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from pyro.infer import TraceMeanField_ELBO
 
 from ppl_vae.metrics import factor_score

@@ -175,12 +175,12 @@ class TensorBatches:
                 f"{self.state_dict()}: resume with the same seed, steps and number of devices"
             )
 
-    def pin_memory(self) -> "TensorBatches":
+    def pin_memory(self) -> TensorBatches:
         """Page-lock the host tensors so per-batch copies to a GPU are asynchronous."""
         self.groups = {name: {key: t.pin_memory() for key, t in group.items()} for name, group in self.groups.items()}
         return self
 
-    def to(self, device: torch.device | str) -> "TensorBatches":
+    def to(self, device: torch.device | str) -> TensorBatches:
         """Move every tensor to ``device`` (once, before training)."""
         self.groups = {
             name: {key: t.to(device) for key, t in group.items()} for name, group in self.groups.items()

@@ -25,7 +25,7 @@ def test_grid_has_the_original_factor_order_and_sizes(dsprites):
     assert dsprites.factor_sizes == (1, 3, 6, 40, 32, 32)
     assert len(dsprites) == NUM_IMAGES == 737_280
     assert {name: len(v) for name, v in dsprites.factor_values.items()} == dict(
-        zip(dsprites.factor_names, dsprites.factor_sizes)
+        zip(dsprites.factor_names, dsprites.factor_sizes, strict=False)
     )
     torch.testing.assert_close(dsprites.factor_values["scale"], torch.linspace(0.5, 1.0, 6, dtype=torch.float64))
     assert dsprites.factor_values["orientation"].max() < 2 * np.pi
@@ -106,7 +106,7 @@ def test_sample_factors_is_seeded_and_in_range(dsprites):
 
 def test_full_set_blocks_match_on_demand_rendering(dsprites):
     renderer = DSpritesRenderer()
-    for expected_start, (start, block) in zip((0, 1024, 2048), renderer.iter_blocks()):
+    for expected_start, (start, block) in zip((0, 1024, 2048), renderer.iter_blocks(), strict=False):
         assert start == expected_start
         indices = torch.arange(start, start + block.shape[0])
         assert torch.equal(torch.from_numpy(block), renderer.render(dsprites.factors_of(indices)))

@@ -7,8 +7,8 @@ from pyro.infer import SVI, TraceMeanField_ELBO
 
 import ppl_vae
 from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss
-from ppl_vae.nn import TCDiscriminator
 from ppl_vae.models.contrastive import ContrastiveVAE
+from ppl_vae.nn import TCDiscriminator
 
 FEATURES = 10
 
