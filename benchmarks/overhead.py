@@ -40,6 +40,7 @@ loop's median as a ratio to the hand-written one (and, for PartedVAE, ours to th
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -147,6 +148,7 @@ class Workload:
     :param batch_sizes: rows per batch of each data group.
     :param hand_written: ``(model, objective, samplers) -> step`` for the ``torch`` loop.
     :param authors: the same for the authors' iteration, when there is one.
+    :param description: settings written to the JSON with the figures.
     """
 
     name: str
@@ -281,7 +283,7 @@ def hand_written_parted_iteration(model: PartedVAE, objective: PartedELBO, sampl
     """Classifier step on a random labelled batch, then the ELBO step on an unlabelled batch."""
     main = parted_main_step(model, objective, _adam(model.parameters(), 5e-4))
     classify = parted_classifier_step(model, _adam(model.classifier_parameters(), 5e-4))
-    counter = iter(range(10**9))
+    counter = itertools.count()
 
     def step() -> None:
         labelled = samplers["labelled"]()
@@ -310,7 +312,7 @@ def authors_parted_iteration(model: PartedVAE, objective: PartedELBO, samplers) 
     labelled_x = _as_float(samplers["labelled"].group["x"]).clone()
     labelled_y = samplers["labelled"].group["y"]
     batch_size = samplers["labelled"].batch_size
-    counter = iter(range(10**9))
+    counter = itertools.count()
 
     def step() -> None:
         order = torch.randperm(labelled_x.shape[0])

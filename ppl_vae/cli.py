@@ -155,7 +155,7 @@ def _sweep(args: argparse.Namespace) -> int:
     overrides = _parse_sets(args.set)
     base = recipe.demo() if args.demo_settings else recipe.config_class()
     for values in itertools.product(*grid.values()):
-        with_overrides(base, {**overrides, **dict(zip(grid, values))})
+        with_overrides(base, {**overrides, **dict(zip(grid, values, strict=True))})
     threads = args.threads
     if threads is None and not visible_gpus():
         threads = max(1, (os.cpu_count() or 1) // args.jobs)

@@ -1,6 +1,7 @@
 """Objectives (Pyro ELBO subclasses), divergences, schedules and auxiliary steps."""
 from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss, permute_shared
 from ppl_vae.infer.decomposition import DecompositionELBO
+from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutation
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
 from ppl_vae.infer.parted import PartedELBO, classification_loss
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
@@ -13,6 +14,9 @@ from ppl_vae.infer.steps import (
 )
 
 __all__ = [
+    "all_gather",
+    "global_batch",
+    "shared_permutation",
     "AuxiliaryStep",
     "ContrastiveELBO",
     "DecompositionELBO",

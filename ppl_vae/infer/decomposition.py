@@ -38,12 +38,12 @@ from pyro.infer import TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
 from torch.distributions import kl_divergence
 
+from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.divergences import (
     DEFAULT_MMD_LENGTH_SCALES,
     aggregate_log_density,
     mmd_dimensionwise,
 )
-from ppl_vae.infer.distributed import all_gather
 
 DIVERGENCES = ("mmd", "inclusive_kl")
 

@@ -35,6 +35,7 @@ from torch.distributions import Distribution, Independent, Normal, kl_divergence
 from torch.nn import functional as F
 
 from ppl_vae.distributions import bhattacharyya_coefficient
+from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.infer.steps import AuxiliaryStep
 
@@ -236,7 +237,7 @@ class PartedELBO(TraceMeanField_ELBO):
                 q = log_q.exp()
                 entropy = entropy - (q * log_q).sum(-1).mean()
                 log_p = model_trace.nodes[class_site]["fn"].logits.log_softmax(-1)
-                aggregate_kl = aggregate_kl + self._aggregate_kl(log_q, log_p)
+                aggregate_kl = aggregate_kl + self._aggregate_kl(all_gather(log_q), all_gather(log_p))
             else:
                 q = model_trace.nodes[class_site]["value"]
             loc, scale = _normal_parts(guide_trace.nodes[name]["fn"], name)

@@ -117,7 +117,8 @@ def train_recipe(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Build (seeded by ``config.train.seed``, so a resumed run rebuilds the same model and
-    data), train and evaluate; writes the run directory and returns the figures."""
+    data), train and evaluate; writes the run directory and returns the figures. Under data
+    parallelism only rank 0 evaluates (the others return ``{}``)."""
     if not isinstance(getattr(config, "train", None), TrainConfig):
         raise TypeError(f"{type(config).__name__} must have a 'train: TrainConfig' field")
     pyro.set_rng_seed(config.train.seed)
@@ -132,6 +133,8 @@ def train_recipe(
         overwrite=overwrite,
         extra_config={"recipe": recipe.name, "config": config_to_dict(config)},
     )
+    if result.global_rank != 0:
+        return {}
     return _evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
 
 

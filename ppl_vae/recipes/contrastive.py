@@ -185,7 +185,7 @@ def build(config: ContrastiveConfig) -> Experiment:
                             scale if images else 1.0, len(target))
             vae_data = target if images else torch.log1p(target)
             with torch.enable_grad():
-                fit(vae, TraceMeanField_ELBO(), {"x": vae_data}, config.train, progress_bar=False)
+                fit(vae, TraceMeanField_ELBO(), {"x": vae_data}, config.train.single_process(), progress_bar=False)
             figures["silhouette_plain_vae"] = silhouette(vae.encode(vae_data[:2000]), y)
         return figures
 

@@ -5,6 +5,7 @@ from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.fit import FitResult, fit
 from ppl_vae.train.module import NonFiniteLossError, SVIModule
 from ppl_vae.train.run_dir import RunDirectory, RunDirectoryExistsError, write_json_atomic
+from ppl_vae.train.sweep import plan_sweep, run_sweep
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -18,6 +19,8 @@ __all__ = [
     "TrainConfig",
     "as_groups",
     "fit",
+    "plan_sweep",
+    "run_sweep",
     "read_checkpoint",
     "write_json_atomic",
 ]

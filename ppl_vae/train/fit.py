@@ -22,7 +22,6 @@ from ppl_vae.train.distributed import launch_rank, training_strategy
 from ppl_vae.train.module import SVIModule, architecture
 from ppl_vae.train.run_dir import RunDirectory
 
-
 _LIGHTNING_NOISE = (
     ".*`training_step` returns `None`.*",
     ".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*",

@@ -143,7 +143,7 @@ class SVIModule(L.LightningModule):
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
         elbo_optimizer, step_optimizers = optimizers[0], optimizers[1:]
-        for step, optimizer in zip(self.steps, step_optimizers):
+        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "before":
                 self._auxiliary_step(step, optimizer, batch)
         loss = self.objective.differentiable_loss(
@@ -152,7 +152,7 @@ class SVIModule(L.LightningModule):
         for name, value in objective_terms(self.objective).items():
             self._accumulate(name, value)
         self._take_step(elbo_optimizer, loss, "elbo")
-        for step, optimizer in zip(self.steps, step_optimizers):
+        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "after":
                 self._auxiliary_step(step, optimizer, batch)
         self.iteration += 1
@@ -193,7 +193,7 @@ class SVIModule(L.LightningModule):
             return
         names = list(self._sums)
         means = mean_over_processes(torch.stack([self._sums[n] for n in names]) / self._count).tolist()
-        record = dict(zip(names, means))
+        record = dict(zip(names, means, strict=True))
         self._sums, self._count = {}, 0
         record["step"] = self.iteration
         self.history.append(record)

@@ -102,7 +102,7 @@ def plan_sweep(
     out = Path(out)
     jobs = []
     for values in itertools.product(*grid.values()):
-        settings = dict(zip(grid, values))
+        settings = dict(zip(grid, values, strict=True))
         for seed in seeds:
             run_dir = out / "runs" / _folder_name(settings) / f"seed-{seed}"
             command = [sys.executable, "-m", "ppl_vae.cli"]
@@ -245,7 +245,7 @@ def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
             cells.append("-" if value is None else _format_mean(value["mean"], value["std"]))
         rows.append(cells)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in [header, *rows])
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in [header, *rows])
 
 
 def _format_mean(mean: float, std: float) -> str:
