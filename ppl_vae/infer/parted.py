@@ -208,7 +208,11 @@ class PartedELBO(TraceMeanField_ELBO):
         return self._terms(model_trace, guide_trace)[0]
 
     def _terms(self, model_trace, guide_trace) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        """Per-point minibatch averages of every term, and n (points the minibatch stands for)."""
+        """Per-point minibatch averages of every term, and n (points the minibatch stands for).
+
+        Under data parallelism the terms that are not sums over points (the capacity terms'
+        batch-average KLs inside |KL - C|, the aggregate q(c)) are taken over the global batch
+        (:func:`~ppl_vae.infer.distributed.all_gather`; the identity on one process)."""
         u_sites = [
             name
             for name, site in guide_trace.nodes.items()
@@ -227,7 +231,7 @@ class PartedELBO(TraceMeanField_ELBO):
             if site["is_observed"]:
                 log_likelihood = log_likelihood + site["log_prob_sum"]
             else:
-                kl_z = kl_z + self._kl(guide_trace.nodes[name], site).mean()
+                kl_z = kl_z + all_gather(self._kl(guide_trace.nodes[name], site)).mean()
         kl_u = entropy = aggregate_kl = bhattacharyya = 0.0
         for name in u_sites:
             class_priors = self._class_priors(model_trace.nodes[name])
@@ -244,7 +248,7 @@ class PartedELBO(TraceMeanField_ELBO):
             kl_to_classes = kl_divergence(
                 dist.Normal(loc.unsqueeze(-2), scale.unsqueeze(-2)).to_event(1), class_priors.to_event(1)
             )
-            kl_u = kl_u + (q * kl_to_classes).sum(-1).mean()
+            kl_u = kl_u + all_gather((q * kl_to_classes).sum(-1)).mean()
             bhattacharyya = bhattacharyya + self._bhattacharyya_penalty(class_priors)
         zero = torch.zeros((), device=loc.device)
         terms = {

@@ -27,7 +27,10 @@ from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.distributed import all_gather, global_batch, process_rank, world_size
 from ppl_vae.models.contrastive import ContrastiveVAE
+from ppl_vae.infer.parted import PartedELBO
+from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.models.decomposition import DecompositionVAE
+from ppl_vae.models.parted import PartedVAE
 from ppl_vae.models.vae import VAE
 from ppl_vae.nn import MLP, mlp_decoder
 
@@ -46,6 +49,20 @@ class ReplayedNoise:
         self.randperm = torch.randperm
         monkeypatch.setattr(torch.distributions.normal, "_standard_normal", self.standard_normal)
         monkeypatch.setattr(torch, "randperm", self.permutation)
+        self.uniform_calls = 0
+        self.rand = torch.rand
+        monkeypatch.setattr(torch, "rand", self.uniform)
+
+    def uniform(self, shape, *args, dtype=None, device=None, **kwargs):
+        """Uniform draws (the Gumbel-softmax noise of PartedVAE's relaxed c), replayed like the normals."""
+        shape = torch.Size(shape)
+        generator = torch.Generator().manual_seed(9000 + self.uniform_calls)
+        self.uniform_calls += 1
+        processes = world_size() if distributed.is_gathering() else 1
+        rows = shape[0]
+        full = self.rand((rows * processes, *shape[1:]), generator=generator, dtype=dtype)
+        start = process_rank() * rows if processes > 1 else 0
+        return full[start : start + rows].to(device)
 
     def standard_normal(self, shape, dtype, device):
         shape = torch.Size(shape)
@@ -95,11 +112,21 @@ def contrastive_case():
     return model, ContrastiveELBO(gamma=2.0, discriminator="mlp", discriminator_hidden=(8,)), "mean"
 
 
+def parted_case():
+    torch.manual_seed(3)
+    model = PartedVAE.mlp((FEATURES,), z_dim=2, num_classes=3, u_dims=1, hidden=(16,), likelihood="gaussian",
+                          likelihood_scale=0.5, data_size=100)
+    objective = PartedELBO(LinearCapacity(0.0, 5.0, 10), LinearCapacity(0.0, 2.0, 10), labelled_group=None)
+    objective.set_training_step(3)
+    return model, objective, "mean"
+
+
 CASES = {
     "vae": vae_case,
     "decomposition-mmd": mmd_case,
     "decomposition-inclusive-kl": inclusive_kl_case,
     "contrastive": contrastive_case,
+    "parted": parted_case,
 }
 
 
