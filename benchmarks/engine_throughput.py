@@ -120,7 +120,7 @@ def time_engine(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim
         log_every_n_steps=max(steps, 1),
         callbacks=[timer],
     )
-    return (timer.end - timer.start) / max(timer.count - 1, 1) if timer.count > 1 else float("nan")
+    return (timer.end - timer.start) / timer.count if timer.count else float("nan")
 
 
 def main() -> None:

@@ -176,7 +176,9 @@ class ContrastiveELBO(TraceMeanField_ELBO):
 
     @torch.no_grad()
     def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Detached ``s (B, D_s)``, ``z (B, D_z)`` sampled from the guide on the target batch."""
+        """Detached ``s (B, D_s)``, ``z (B, D_z)`` sampled from the guide on the target batch
+        (the background is not encoded: the discriminator never sees it)."""
+        target_only = {name: value for name, value in batch.items() if name != "background"}
         with poutine.block():
-            nodes = poutine.trace(model.guide).get_trace(**batch).nodes
+            nodes = poutine.trace(model.guide).get_trace(**target_only).nodes
         return nodes[self.salient_site]["value"], nodes[self.shared_site]["value"]

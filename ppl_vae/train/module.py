@@ -127,8 +127,9 @@ class SVIModule(L.LightningModule):
     def _take_step(self, optimizer, loss: torch.Tensor, name: str) -> None:
         self.zero_grad(set_to_none=True)
         self.manual_backward(loss)
-        if self._check_now():
-            self._raise_if_not_finite(loss, name)
+        due = self._gradient_check_due()
+        if due or self.device.type == "cpu":
+            self._raise_if_not_finite(loss, name, check_gradients=due)
         optimizer.step()
         self._accumulate(f"{name}_loss", loss.detach())
 
@@ -163,14 +164,19 @@ class SVIModule(L.LightningModule):
         loss = step.loss(**self._kwargs(batch, groups))
         self._take_step(optimizer, loss, step.name)
 
-    def _check_now(self) -> bool:
-        """Check finiteness every step on the CPU (free) and at logging time on a GPU."""
-        return self.device.type == "cpu" or (self.iteration + 1) % self.config.log_every_n_steps == 0
+    def _gradient_check_due(self) -> bool:
+        """Gradients are checked on the steps that end a logging or a checkpoint interval, so a
+        non-finite gradient is caught before the parameters it corrupts reach a checkpoint."""
+        next_step = self.iteration + 1
+        return next_step % self.config.log_every_n_steps == 0 or next_step % self.config.checkpoint_every_n_steps == 0
 
-    def _raise_if_not_finite(self, loss: torch.Tensor, name: str) -> None:
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        grad_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else loss.new_zeros(())
-        if bool(torch.isfinite(loss) & torch.isfinite(grad_norm)):
+    def _raise_if_not_finite(self, loss: torch.Tensor, name: str, check_gradients: bool) -> None:
+        finite = torch.isfinite(loss)
+        if check_gradients:
+            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            if grads:
+                finite = finite & torch.isfinite(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+        if bool(finite):
             return
         bad_grads = [
             n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
