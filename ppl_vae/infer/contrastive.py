@@ -122,6 +122,7 @@ class ContrastiveELBO(TraceMeanField_ELBO):
         self.salient_site = salient_site
         self.shared_site = shared_site
         self.terms: dict[str, torch.Tensor] = {}
+        self._last_samples: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """``log D(v) / (1 - D(v))`` per point ``(B,)`` for ``s (B, D_s)``, ``z (B, D_z)``, with D's
@@ -140,8 +141,10 @@ class ContrastiveELBO(TraceMeanField_ELBO):
             nodes = tape.trace.nodes
             if self.salient_site in nodes and self.shared_site in nodes:
                 salient = nodes[self.salient_site]
-                log_ratio = self.log_density_ratio(salient["value"], nodes[self.shared_site]["value"])
+                shared = nodes[self.shared_site]["value"]
+                log_ratio = self.log_density_ratio(salient["value"], shared)
                 self.terms["total_correlation"] = log_ratio.detach().mean()
+                self._last_samples = (salient["value"].detach(), shared.detach())
                 pyro.factor("total_correlation", -self.gamma * salient["scale"] * log_ratio.sum())
             return result
 
@@ -154,15 +157,19 @@ class ContrastiveELBO(TraceMeanField_ELBO):
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The discriminator step (after each ELBO step): :func:`discriminator_loss` on
-        ``[s, z]`` drawn from ``model.guide`` on the ELBO's batch without gradients; none when
-        gamma is 0."""
+        detached ``[s, z]``: the samples the ELBO step just drew on the same target batch (no
+        second pass through the encoders), or fresh ones from ``model.guide`` when the step
+        is taken on its own; none when gamma is 0."""
         if self.gamma == 0:
             return []
         self.discriminator.build(model.salient_dim + model.shared_dim)
 
         def loss(**batch: torch.Tensor) -> torch.Tensor:
-            s, z = self.guide_samples(model, **batch)
-            return discriminator_loss(self.discriminator, s, z)
+            samples, self._last_samples = self._last_samples, None
+            target = batch.get("target")
+            if samples is None or target is None or samples[0].shape[0] != target.shape[0]:
+                samples = self.guide_samples(model, **batch)
+            return discriminator_loss(self.discriminator, *samples)
 
         return [
             AuxiliaryStep(
