@@ -24,6 +24,13 @@ def _check_image_batch(x: torch.Tensor, channels: int, size: int, name: str = "x
         )
 
 
+def _conv_channels(image_size: int, conv_channels: Sequence[int] | None) -> tuple[int, ...]:
+    """The channel widths for ``image_size`` (the papers' unless given); rejects other sizes."""
+    if image_size not in (28, 32, 64):
+        raise ValueError(f"image_size must be 28, 32 or 64, got {image_size}")
+    return tuple(conv_channels or (_CHANNELS_64 if image_size == 64 else _CHANNELS_SMALL))
+
+
 class ConvEncoder(nn.Module):
     """Image ``(batch, channels, size, size)`` -> features ``(batch, hidden_dim)``.
 
@@ -42,11 +49,7 @@ class ConvEncoder(nn.Module):
         conv_channels: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
-        if image_size not in (28, 32, 64):
-            raise ValueError(f"image_size must be 28, 32 or 64, got {image_size}")
-        conv_channels = tuple(
-            conv_channels or (_CHANNELS_64 if image_size == 64 else _CHANNELS_SMALL)
-        )
+        conv_channels = _conv_channels(image_size, conv_channels)
         layers: list[nn.Module] = []
         c_in = channels
         for i, c_out in enumerate(conv_channels):
@@ -84,11 +87,7 @@ class ConvDecoder(nn.Module):
         conv_channels: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
-        if image_size not in (28, 32, 64):
-            raise ValueError(f"image_size must be 28, 32 or 64, got {image_size}")
-        conv_channels = tuple(
-            conv_channels or (_CHANNELS_64 if image_size == 64 else _CHANNELS_SMALL)
-        )
+        conv_channels = _conv_channels(image_size, conv_channels)
         reversed_channels = list(reversed(conv_channels))
         self.start_channels = reversed_channels[0]
         self.fc = nn.Sequential(
