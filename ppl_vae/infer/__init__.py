@@ -3,6 +3,7 @@ from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss, permu
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutation
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
+from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.parted import PartedELBO, classification_loss
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import (
@@ -22,6 +23,7 @@ __all__ = [
     "DecompositionELBO",
     "LinearCapacity",
     "LinearSchedule",
+    "MeanFieldELBO",
     "PartedELBO",
     "aggregate_log_density",
     "auxiliary_modules",

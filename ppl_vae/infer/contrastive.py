@@ -18,12 +18,12 @@ from collections.abc import Callable, Sequence
 import pyro
 import torch
 from pyro import poutine
-from pyro.infer import TraceMeanField_ELBO
 from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
+from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.nn.discriminator import TCDiscriminator
 
@@ -52,7 +52,7 @@ def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tenso
     return F.softplus(-joint).mean() + F.softplus(product).mean()
 
 
-class ContrastiveELBO(TraceMeanField_ELBO):
+class ContrastiveELBO(MeanFieldELBO):
     r"""The contrastive VAE's objective (Abid & Zou 2019, eqs. 3-5):
 
     .. math::

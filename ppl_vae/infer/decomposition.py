@@ -34,7 +34,6 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.infer import TraceMeanField_ELBO
 from pyro.poutine.messenger import Messenger
 from torch.distributions import kl_divergence
 
@@ -44,6 +43,7 @@ from ppl_vae.infer.divergences import (
     aggregate_log_density,
     mmd_dimensionwise,
 )
+from ppl_vae.infer.mean_field import MeanFieldELBO
 
 DIVERGENCES = ("mmd", "inclusive_kl")
 
@@ -87,7 +87,7 @@ def _prior_draws(prior: dist.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
     return z.reshape(-1, z.shape[-1]), prior.log_prob(z).reshape(-1)
 
 
-class DecompositionELBO(TraceMeanField_ELBO):
+class DecompositionELBO(MeanFieldELBO):
     r"""The beta-ELBO plus ``- alpha * D(q(z), p(z))`` (Mathieu et al. 2019, Eq. 7).
 
     Works with any model/guide pair whose latent site ``latent`` is a ``(B, D)`` vector

@@ -26,8 +26,7 @@ from functools import partial
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.infer import TraceMeanField_ELBO
-from pyro.infer.util import is_validation_enabled, torch_item
+from pyro.infer.util import is_validation_enabled
 from pyro.poutine.util import prune_subsample_sites
 from pyro.util import check_model_guide_match
 from torch import nn
@@ -36,6 +35,7 @@ from torch.nn import functional as F
 
 from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.distributed import all_gather
+from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.infer.steps import AuxiliaryStep
 
@@ -80,7 +80,7 @@ def classification_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> t
     return sum(F.cross_entropy(logit, labels[:, i]) for i, logit in enumerate(logits))
 
 
-class PartedELBO(TraceMeanField_ELBO):
+class PartedELBO(MeanFieldELBO):
     r"""PartedVAE's objective (module docstring; paper Eq. 6) as a Pyro ELBO.
 
     Works with any model/guide pair that follows :class:`~ppl_vae.models.parted.PartedVAE`'s
@@ -318,16 +318,3 @@ class PartedELBO(TraceMeanField_ELBO):
         loss = num_points * (terms["reconstruction"] + penalties)
         self.terms = {name: value.detach() for name, value in terms.items()}
         return loss.detach(), loss
-
-    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
-        """The loss as a differentiable tensor. Every term is reparameterised or analytic, so
-        the surrogate is the loss itself: no host synchronisation (Pyro's version reads it)."""
-        loss = 0.0
-        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            loss = loss + self._differentiable_loss_particle(model_trace, guide_trace)[1] / self.num_particles
-        return loss
-
-    @torch.no_grad()
-    def loss(self, model, guide, *args, **kwargs) -> float:
-        """The same objective as :meth:`differentiable_loss`, as a float."""
-        return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
