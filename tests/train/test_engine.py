@@ -218,3 +218,14 @@ def test_gpu_data_path_option_places_the_training_tensors(data, data_on_device):
         cuda = DeviceRecorder()
         fit(small_vae(), TraceMeanField_ELBO(), data, steps=3, device="cuda", data_on_device=data_on_device, callbacks=[cuda], **FAST)
         assert {d.type for d in cuda.devices} == {"cuda" if data_on_device else "cpu"}
+
+
+def test_engine_trains_under_module_local_params_and_leaves_the_param_store_alone(data):
+    pyro.settings.set(module_local_params=True)
+    try:
+        model = small_vae()
+        result = fit(model, TraceMeanField_ELBO(), data, steps=40, **FAST)
+    finally:
+        pyro.settings.set(module_local_params=False)
+    assert result.history[-1]["elbo_loss"] < result.history[0]["elbo_loss"]
+    assert len(pyro.get_param_store()) == 0
