@@ -35,16 +35,11 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
 def load_dataset(name: str, **kwargs: object) -> Dataset:
     """Build a data set by name.
 
-    Args:
-        name: one of ``"dsprites"``, ``"pinwheel"``, ``"mnist"``, ``"fashion-mnist"``,
-            ``"grassy-mnist"``, ``"celeba"`` (case-insensitive; ``_`` may replace ``-``).
-        **kwargs: passed to the data set's constructor.
-
-    Returns:
-        The data set (see each class for its item and ``tensors()`` shapes).
-
-    Raises:
-        ValueError: unknown ``name``.
+    :param name: one of ``"dsprites"``, ``"pinwheel"``, ``"mnist"``, ``"fashion-mnist"``,
+        ``"grassy-mnist"``, ``"celeba"`` (case-insensitive; ``_`` may replace ``-``).
+    :param kwargs: passed to the data set's constructor.
+    :returns: The data set (see each class for its item and ``tensors()`` shapes).
+    :raises ValueError: unknown ``name``.
     """
     key = name.lower().replace("_", "-") if isinstance(name, str) else None
     if key not in DATASETS:

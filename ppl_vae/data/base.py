@@ -15,8 +15,7 @@ class TensorDictDataset(Dataset):
     and ``tensors()`` hands all of them over at once so that small data sets can be moved to the
     GPU and batched there without DataLoader workers.
 
-    Args:
-        tensors: name -> tensor, every tensor of shape ``(N, ...)`` with the same ``N``.
+    :param tensors: name -> tensor, every tensor of shape ``(N, ...)`` with the same ``N``.
     """
 
     def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:

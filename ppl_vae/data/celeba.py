@@ -53,18 +53,15 @@ class CelebA(Dataset):
     Items are ``(x, attributes)``: ``x`` is ``(3, size, size)`` float32 in [0, 1] and ``attributes``
     is ``(k,)`` int64 in {0, 1} for the names in :attr:`attribute_names`.
 
-    Args:
-        root: folder holding ``celeba/`` (torchvision's layout; the ``celeba`` folder itself is also
-            accepted).
-        split: ``"train"``, ``"valid"``, ``"test"`` or ``"all"``.
-        size: side of the returned images after the 148-pixel centre crop (default 64).
-        attributes: attribute name(s) to return as labels (default: all 40, in CelebA's order).
-        where: keep only images whose attributes equal the given values, e.g. ``{"Eyeglasses": 1}``.
-
-    Raises:
-        ValueError: unknown ``split``, attribute names or ``where`` values, bad ``size``, or files that
-            fail torchvision's integrity check.
-        FileNotFoundError: the files are missing (the message says how to get them).
+    :param root: folder holding ``celeba/`` (torchvision's layout; the ``celeba`` folder itself is also
+        accepted).
+    :param split: ``"train"``, ``"valid"``, ``"test"`` or ``"all"``.
+    :param size: side of the returned images after the 148-pixel centre crop (default 64).
+    :param attributes: attribute name(s) to return as labels (default: all 40, in CelebA's order).
+    :param where: keep only images whose attributes equal the given values, e.g. ``{"Eyeglasses": 1}``.
+    :raises ValueError: unknown ``split``, attribute names or ``where`` values, bad ``size``, or files that
+        fail torchvision's integrity check.
+    :raises FileNotFoundError: the files are missing (the message says how to get them).
     """
 
     def __init__(
@@ -134,12 +131,9 @@ class CelebA(Dataset):
     def tensors(self, indices: torch.Tensor | Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         """Images and labels as whole tensors, read from disk now.
 
-        Args:
-            indices: ``(n,)`` positions in this (filtered) data set; ``None`` loads all of them (the
-                train split takes about 8 GB as float32 at size 64, so pass indices on small machines).
-
-        Returns:
-            ``{"x": (n, 3, size, size) float32 in [0, 1], "attributes": (n, k) int64 in {0, 1}}``.
+        :param indices: ``(n,)`` positions in this (filtered) data set; ``None`` loads all of them (the
+            train split takes about 8 GB as float32 at size 64, so pass indices on small machines).
+        :returns: ``{"x": (n, 3, size, size) float32 in [0, 1], "attributes": (n, k) int64 in {0, 1}}``.
         """
         indices = (
             torch.arange(len(self)) if indices is None else torch.as_tensor(indices, dtype=torch.int64).reshape(-1)

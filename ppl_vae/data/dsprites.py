@@ -101,8 +101,7 @@ class DSpritesRenderer:
     image is that patch pasted at a whole-pixel offset given by (posX, posY). See the module
     docstring for the geometry.
 
-    Attributes:
-        sprites: ``(3, 6, 40, 33, 33)`` bool, the sprite patches (centre at patch pixel 16).
+    :ivar sprites: ``(3, 6, 40, 33, 33)`` bool, the sprite patches (centre at patch pixel 16).
     """
 
     def __init__(self) -> None:
@@ -127,11 +126,8 @@ class DSpritesRenderer:
     def render(self, factors: torch.Tensor) -> torch.Tensor:
         """Render images for valid factor class indices.
 
-        Args:
-            factors: ``(n, 6)`` int64 class indices (already validated), on any device.
-
-        Returns:
-            ``(n, 64, 64)`` uint8 in {0, 1}, on the device of ``factors``.
+        :param factors: ``(n, 6)`` int64 class indices (already validated), on any device.
+        :returns: ``(n, 64, 64)`` uint8 in {0, 1}, on the device of ``factors``.
         """
         device = factors.device
         if device not in self._windows:
@@ -144,8 +140,7 @@ class DSpritesRenderer:
     def iter_blocks(self) -> Iterator[tuple[int, np.ndarray]]:
         """Render the whole grid, one (shape, scale, orientation) block at a time, in index order.
 
-        Yields:
-            ``(start, block)``: ``block`` is ``(1024, 64, 64)`` uint8 in {0, 1} holding images
+        :yields: ``(start, block)``: ``block`` is ``(1024, 64, 64)`` uint8 in {0, 1} holding images
             ``start .. start + 1023`` (posX major, posY minor).
         """
         canvases = self._canvases.numpy()
@@ -159,8 +154,7 @@ class DSpritesRenderer:
     def render_all_packed(self) -> np.ndarray:
         """The whole data set, bit-packed.
 
-        Returns:
-            ``(737280, 512)`` uint8: row ``i`` is ``np.packbits`` of image ``i`` flattened row-major.
+        :returns: ``(737280, 512)`` uint8: row ``i`` is ``np.packbits`` of image ``i`` flattened row-major.
         """
         packed = np.empty((NUM_IMAGES, _BYTES_PER_IMAGE), dtype=np.uint8)
         for start, block in self.iter_blocks():
@@ -262,18 +256,15 @@ class DSprites(Dataset):
     Items are ``(x, factors)``: ``x`` is ``(1, 64, 64)`` float32 in {0, 1} and ``factors`` is
     ``(6,)`` int64 class indices in the order of :attr:`factor_names`.
 
-    Args:
-        path: the original ``dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz`` (keys ``imgs``,
-            ``latents_classes``, optionally ``latents_values``). When ``None`` (default) images come
-            from :class:`DSpritesRenderer`. Loading the original decompresses 3 GB once and keeps
-            the images bit-packed (377 MB).
-        cache_dir: render the whole set once and keep it there as a bit-packed ``.npy`` (377 MB,
-            written atomically), memory-mapped on later runs. ``None`` (default) renders on demand.
-            Not allowed together with ``path``.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: ``path`` is not an ``.npz`` in the original layout, or both arguments are given.
+    :param path: the original ``dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz`` (keys ``imgs``,
+        ``latents_classes``, optionally ``latents_values``). When ``None`` (default) images come
+        from :class:`DSpritesRenderer`. Loading the original decompresses 3 GB once and keeps
+        the images bit-packed (377 MB).
+    :param cache_dir: render the whole set once and keep it there as a bit-packed ``.npy`` (377 MB,
+        written atomically), memory-mapped on later runs. ``None`` (default) renders on demand.
+        Not allowed together with ``path``.
+    :raises FileNotFoundError: ``path`` does not exist.
+    :raises ValueError: ``path`` is not an ``.npz`` in the original layout, or both arguments are given.
     """
 
     factor_names: tuple[str, ...] = FACTOR_NAMES
@@ -307,12 +298,9 @@ class DSprites(Dataset):
     def images_from_factors(self, factors: torch.Tensor | Sequence[Sequence[int]]) -> torch.Tensor:
         """Images for given factor classes, rendered (or read) for just those rows.
 
-        Args:
-            factors: ``(n, 6)`` integer class indices, column ``k`` in ``[0, factor_sizes[k])``.
-                When rendering, a CUDA tensor renders on its GPU.
-
-        Returns:
-            ``(n, 1, 64, 64)`` float32 in {0, 1}, on the device of ``factors``.
+        :param factors: ``(n, 6)`` integer class indices, column ``k`` in ``[0, factor_sizes[k])``.
+            When rendering, a CUDA tensor renders on its GPU.
+        :returns: ``(n, 1, 64, 64)`` float32 in {0, 1}, on the device of ``factors``.
         """
         factors = self._check_factors(factors)
         return self._images_uint8(factors).to(torch.float32).unsqueeze(1)
@@ -320,12 +308,9 @@ class DSprites(Dataset):
     def sample_factors(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Draw factor classes uniformly and independently.
 
-        Args:
-            n: number of rows, ``n >= 0``.
-            generator: source of randomness (its device is the output device); global RNG if None.
-
-        Returns:
-            ``(n, 6)`` int64 class indices.
+        :param n: number of rows, ``n >= 0``.
+        :param generator: source of randomness (its device is the output device); global RNG if None.
+        :returns: ``(n, 6)`` int64 class indices.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be a non-negative int; got {n!r}")
@@ -336,11 +321,8 @@ class DSprites(Dataset):
     def index_of(self, factors: torch.Tensor | Sequence[Sequence[int]]) -> torch.Tensor:
         """Flat data set index of factor classes (row-major in the grid, like ``latents_bases``).
 
-        Args:
-            factors: ``(n, 6)`` integer class indices.
-
-        Returns:
-            ``(n,)`` int64 in ``[0, 737280)``.
+        :param factors: ``(n, 6)`` integer class indices.
+        :returns: ``(n,)`` int64 in ``[0, 737280)``.
         """
         factors = self._check_factors(factors)
         return (factors * torch.tensor(_BASES, dtype=torch.int64, device=factors.device)).sum(dim=1)
@@ -348,11 +330,8 @@ class DSprites(Dataset):
     def factors_of(self, indices: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Factor classes of flat indices (inverse of :meth:`index_of`).
 
-        Args:
-            indices: ``(n,)`` integers in ``[0, 737280)``.
-
-        Returns:
-            ``(n, 6)`` int64 class indices.
+        :param indices: ``(n,)`` integers in ``[0, 737280)``.
+        :returns: ``(n, 6)`` int64 class indices.
         """
         indices = self._check_indices(indices)
         sizes = torch.tensor(FACTOR_SIZES, dtype=torch.int64, device=indices.device)
@@ -364,14 +343,11 @@ class DSprites(Dataset):
     ) -> dict[str, torch.Tensor]:
         """Images and factors as whole tensors, for training without DataLoader workers.
 
-        Args:
-            indices: ``(n,)`` flat indices to return; ``None`` (default) returns all 737,280.
-            dtype: image dtype: a floating dtype (values 0.0/1.0), ``torch.uint8`` (values 0/1) or
-                ``torch.bool``. The whole set takes 3 GB as uint8/bool and 12 GB as float32, so pass
-                ``dtype=torch.uint8`` (and convert per batch) for the full set on small machines.
-
-        Returns:
-            ``{"x": (n, 1, 64, 64) dtype, "factors": (n, 6) int64}`` on the CPU.
+        :param indices: ``(n,)`` flat indices to return; ``None`` (default) returns all 737,280.
+        :param dtype: image dtype: a floating dtype (values 0.0/1.0), ``torch.uint8`` (values 0/1) or
+            ``torch.bool``. The whole set takes 3 GB as uint8/bool and 12 GB as float32, so pass
+            ``dtype=torch.uint8`` (and convert per batch) for the full set on small machines.
+        :returns: ``{"x": (n, 1, 64, 64) dtype, "factors": (n, 6) int64}`` on the CPU.
         """
         if dtype not in (*_FLOAT_DTYPES, torch.uint8, torch.bool):
             raise ValueError(f"dtype must be a floating dtype, torch.uint8 or torch.bool; got {dtype}")

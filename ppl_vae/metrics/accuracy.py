@@ -22,12 +22,9 @@ def _predicted_labels(pred: Any, name: str = "pred") -> np.ndarray:
 def classification_accuracy(pred: Any, labels: Any) -> float:
     """Share of points whose predicted class equals the label.
 
-    Args:
-        pred: logits or probabilities (n, C), reduced by argmax, or predicted labels (n,).
-        labels: true class indices (n,).
-
-    Raises:
-        ValueError: shapes that do not match, no point, or non-integer labels.
+    :param pred: logits or probabilities (n, C), reduced by argmax, or predicted labels (n,).
+    :param labels: true class indices (n,).
+    :raises ValueError: shapes that do not match, no point, or non-integer labels.
     """
     predicted, truth = _paired_labels(pred, labels)
     return float(np.mean(predicted == truth))
@@ -41,12 +38,9 @@ def clustering_accuracy(pred: Any, labels: Any) -> float:
     (scipy.optimize.linear_sum_assignment). With more clusters than labels (or the reverse),
     points of unmatched clusters count as errors. Ids need not be contiguous.
 
-    Args:
-        pred: cluster scores (n, K) (argmax) or cluster ids (n,).
-        labels: true class ids (n,).
-
-    Raises:
-        ValueError: shapes that do not match, no point, or non-integer ids.
+    :param pred: cluster scores (n, K) (argmax) or cluster ids (n,).
+    :param labels: true class ids (n,).
+    :raises ValueError: shapes that do not match, no point, or non-integer ids.
     """
     predicted, truth = _paired_labels(pred, labels)
     clusters, cluster_index = np.unique(predicted, return_inverse=True)

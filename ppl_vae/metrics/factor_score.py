@@ -45,19 +45,18 @@ class FactorDataset(Protocol):
 class FactorScoreResult:
     """Outcome of :func:`factor_score`; ``float(result)`` is ``result.score``.
 
-    Attributes:
-        score: the reported accuracy, in [0, 1]. Standard: accuracy of the majority-vote
-            classifier on the held-out evaluation votes. Parted: sum_d max_k votes[d, k] /
-            votes.sum() over all (kept) votes.
-        train_accuracy: accuracy of the classifier on the votes it was fitted on (equal to
-            ``score`` for the parted protocol, which has no held-out split).
-        votes: int64 array (num_dims, num_factors); votes[d, k] counts the votes in which
-            representation dimension d had the least normalised variance while factor k was
-            fixed. Standard: the training votes; parted: all kept votes. Columns of factors
-            with a single value are zero.
-        active_dims: dimensions allowed to keep a vote. Standard: global std >= prune_threshold;
-            parted: std over the data >= min_std.
-        protocol: "standard" or "parted".
+    :ivar score: the reported accuracy, in [0, 1]. Standard: accuracy of the majority-vote
+        classifier on the held-out evaluation votes. Parted: sum_d max_k votes[d, k] /
+        votes.sum() over all (kept) votes.
+    :ivar train_accuracy: accuracy of the classifier on the votes it was fitted on (equal to
+        ``score`` for the parted protocol, which has no held-out split).
+    :ivar votes: int64 array (num_dims, num_factors); votes[d, k] counts the votes in which
+        representation dimension d had the least normalised variance while factor k was
+        fixed. Standard: the training votes; parted: all kept votes. Columns of factors
+        with a single value are zero.
+    :ivar active_dims: dimensions allowed to keep a vote. Standard: global std >= prune_threshold;
+        parted: std over the data >= min_std.
+    :ivar protocol: "standard" or "parted".
     """
 
     score: float
@@ -125,20 +124,19 @@ def factor_score(
 ) -> FactorScoreResult:
     """Factor (FactorVAE) score of the representation ``encode`` gives on ``dataset``.
 
-    Args:
-        encode: maps an image batch FloatTensor (n, 1, 64, 64) to a representation (n, D),
-            tensor or ndarray (e.g. posterior means). Called under ``torch.no_grad()`` with at
-            most ``encode_batch_size`` images.
-        dataset: see :class:`FactorDataset`. Factors with a single value (dSprites' color)
-            are skipped: they never receive a vote.
-        n_train, n_eval, batch_size, n_variance, prune_threshold: used by the standard
-            protocol only (validated for both).
-        chunk_size, min_std, max_images_per_value: used by the parted protocol only.
-        seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
-            the factor of each vote and the parted subsample); same seed, same score for a
-            deterministic ``encode``.
-        encode_batch_size: images per ``encode`` call; memory is bounded by it, never by the
-            data set size.
+    :param encode: maps an image batch FloatTensor (n, 1, 64, 64) to a representation (n, D),
+        tensor or ndarray (e.g. posterior means). Called under ``torch.no_grad()`` with at
+        most ``encode_batch_size`` images.
+    :param dataset: see :class:`FactorDataset`. Factors with a single value (dSprites' color)
+        are skipped: they never receive a vote.
+    :param n_train, n_eval, batch_size, n_variance, prune_threshold: used by the standard
+        protocol only (validated for both).
+    :param chunk_size, min_std, max_images_per_value: used by the parted protocol only.
+    :param seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
+        the factor of each vote and the parted subsample); same seed, same score for a
+        deterministic ``encode``.
+    :param encode_batch_size: images per ``encode`` call; memory is bounded by it, never by the
+        data set size.
 
     Protocols. Both divide each dimension by its std, give each vote to the dimension with
     the least variance among images that share one factor value, and score how
@@ -185,15 +183,12 @@ def factor_score(
     1,334 on dSprites). On dSprites, m = 10,000 encodes about 135,000 images instead of
     737,280 (see benchmarks/factor_score_memory.py for time and memory).
 
-    Returns:
-        :class:`FactorScoreResult`.
-
-    Raises:
-        ValueError: naming the argument and its value, for any protocol: n_train, n_eval or
-            encode_batch_size < 1; batch_size, n_variance or chunk_size < 2; prune_threshold
-            or min_std < 0; max_images_per_value < chunk_size; an unknown protocol; a data
-            set without a factor of more than one value; ``encode`` returning something other
-            than a 2-D array with one row per image, or a changing number of dimensions.
+    :returns: :class:`FactorScoreResult`.
+    :raises ValueError: naming the argument and its value, for any protocol: n_train, n_eval or
+        encode_batch_size < 1; batch_size, n_variance or chunk_size < 2; prune_threshold
+        or min_std < 0; max_images_per_value < chunk_size; an unknown protocol; a data
+        set without a factor of more than one value; ``encode`` returning something other
+        than a 2-D array with one row per image, or a changing number of dimensions.
     """
     _check_arguments(
         n_train=n_train,

@@ -24,16 +24,13 @@ def silhouette(
     axes alone; ``standardize=True`` divides every dimension by its std (zero-std
     dimensions are left unscaled) and generally changes the number: report which was used.
 
-    Args:
-        embedding: torch tensor or array-like (n, D).
-        labels: integer labels (n,), with 2 <= number of distinct labels <= n - 1.
-        standardize: divide each dimension by its std over the n points first.
-        sample_size: score a random subset of this many points (scikit-learn's
-            ``sample_size``), drawn with ``seed``; None uses every point (O(n^2) memory).
-        seed: random state of the subset.
-
-    Raises:
-        ValueError: shapes that do not match or a number of distinct labels out of range.
+    :param embedding: torch tensor or array-like (n, D).
+    :param labels: integer labels (n,), with 2 <= number of distinct labels <= n - 1.
+    :param standardize: divide each dimension by its std over the n points first.
+    :param sample_size: score a random subset of this many points (scikit-learn's
+        ``sample_size``), drawn with ``seed``; None uses every point (O(n^2) memory).
+    :param seed: random state of the subset.
+    :raises ValueError: shapes that do not match or a number of distinct labels out of range.
     """
     points = as_float_matrix(embedding, "embedding")
     groups = as_label_vector(labels, "labels")

@@ -22,11 +22,8 @@ def hoyer_sparsity(z: Any) -> float:
     - a point that is all zeros after that has no defined sparsity and is left out of the
       mean; if no point is left, the result is 0.0.
 
-    Args:
-        z: torch tensor or array-like (n, D), D >= 2, e.g. posterior means.
-
-    Raises:
-        ValueError: ``z`` not 2-D, with no row, or with D < 2.
+    :param z: torch tensor or array-like (n, D), D >= 2, e.g. posterior means.
+    :raises ValueError: ``z`` not 2-D, with no row, or with D < 2.
     """
     points = as_float_matrix(z, "z")
     n, num_dims = points.shape
