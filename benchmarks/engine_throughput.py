@@ -25,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import lightning as L
 import pyro
 import torch
 from pyro.infer import SVI, TraceMeanField_ELBO
@@ -34,6 +33,7 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dsprites_render import time_render  # noqa: E402
+from overhead import IterationTimer  # noqa: E402
 
 from ppl_vae import fit  # noqa: E402
 from ppl_vae.data import DSprites  # noqa: E402
@@ -88,27 +88,9 @@ def time_svi(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim: i
     return (time.perf_counter() - start) / steps
 
 
-class StepTimer(L.Callback):
-    """Wall time between the first timed batch and the last one."""
-
-    def __init__(self, warmup: int) -> None:
-        self.warmup = warmup
-        self.start = self.end = 0.0
-        self.count = 0
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        if batch_idx == self.warmup:
-            self.start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        if batch_idx >= self.warmup:
-            self.end = time.perf_counter()
-            self.count += 1
-
-
 def time_engine(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim: int) -> float:
     """Seconds per step of ``ppl_vae.fit`` (Lightning start-up excluded)."""
-    timer = StepTimer(warmup)
+    timer = IterationTimer(warmup)
     fit(
         make_vae(latent_dim, 0),
         TraceMeanField_ELBO(),
@@ -120,7 +102,7 @@ def time_engine(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim
         log_every_n_steps=max(steps, 1),
         callbacks=[timer],
     )
-    return (timer.end - timer.start) / timer.count if timer.count else float("nan")
+    return timer.seconds_per_iteration
 
 
 def main() -> None:

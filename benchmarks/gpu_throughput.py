@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -45,6 +44,7 @@ from overhead import (  # noqa: E402
     Workload,
     decomposition_workload,
     parted_workload,
+    summarise,
     time_engine,
     time_hand_written,
 )
@@ -87,18 +87,9 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: st
                 flush=True,
             )
     batch = workload.batch_sizes["x"]
-    rows = {}
-    for name, values in seconds.items():
-        median = statistics.median(values)
-        rows[name] = {
-            "median_seconds": median,
-            "min_seconds": min(values),
-            "max_seconds": max(values),
-            "rounds": values,
-            "images_per_second": batch / median,
-            "epoch_seconds": DSPRITES_IMAGES * median / batch,
-        }
-    rows["engine"]["ratio_to_torch"] = rows["engine"]["median_seconds"] / rows["torch"]["median_seconds"]
+    rows = summarise(seconds, batch)
+    for row in rows.values():
+        row["epoch_seconds"] = DSPRITES_IMAGES * row["median_seconds"] / batch
     return rows
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,6 @@ class FitResult:
     history: list[dict[str, float]]
     steps: int
     run_dir: RunDirectory | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
     global_rank: int = 0
 
 
