@@ -8,6 +8,8 @@ from __future__ import annotations
 import pyro.distributions as dist
 import torch
 
+from ppl_vae.distributions.fixed_scale import FixedScaleLaplace, FixedScaleNormal
+
 LIKELIHOODS = ("bernoulli", "gaussian", "laplace")
 
 
@@ -27,9 +29,11 @@ def likelihood(
     - ``"bernoulli"``: ``decoded`` are logits. Validation is off for this site so that
       grey levels in [0, 1] are scored with the binary cross-entropy, as the papers'
       code does for MNIST; samples are binary.
-    - ``"gaussian"``: ``decoded`` is the mean, ``scale`` the fixed standard deviation.
+    - ``"gaussian"``: ``decoded`` is the mean, ``scale`` the fixed standard deviation
+      (:class:`~ppl_vae.distributions.FixedScaleNormal`).
     - ``"laplace"``: ``decoded`` is the location, ``scale`` the fixed scale (the
-      Decomposition paper uses 0.1 for Fashion-MNIST).
+      Decomposition paper uses 0.1 for Fashion-MNIST;
+      :class:`~ppl_vae.distributions.FixedScaleLaplace`).
 
     :param event_dim: number of trailing dimensions that form one observation
         (3 for images ``(C, H, W)``, 1 for vectors).
@@ -38,9 +42,9 @@ def likelihood(
     if name == "bernoulli":
         base = dist.Bernoulli(logits=decoded, validate_args=False)
     elif name == "gaussian":
-        base = dist.Normal(decoded, torch.as_tensor(scale, dtype=decoded.dtype, device=decoded.device))
+        base = FixedScaleNormal(decoded, scale)
     else:
-        base = dist.Laplace(decoded, torch.as_tensor(scale, dtype=decoded.dtype, device=decoded.device))
+        base = FixedScaleLaplace(decoded, scale)
     return base.to_event(event_dim)
 
 
