@@ -43,7 +43,7 @@ from ppl_vae.infer.divergences import (
     aggregate_log_density,
     mmd_dimensionwise,
 )
-from ppl_vae.infer.mean_field import MeanFieldELBO
+from ppl_vae.infer.mean_field import MeanFieldELBO, scored_site
 
 DIVERGENCES = ("mmd", "inclusive_kl")
 
@@ -264,23 +264,28 @@ class DecompositionELBO(MeanFieldELBO):
         return torch.cat(locs), torch.cat(scales)
 
     def _terms(self, model_trace, guide_trace, model_weight: _LatentWeight) -> dict[str, torch.Tensor]:
-        """Per-point reconstruction, KL and divergence of this particle, detached."""
-        with torch.no_grad():
-            num_points = model_weight.site["fn"].batch_shape.numel()
-            log_likelihood, kl = 0.0, 0.0
-            for name, site in model_trace.nodes.items():
-                if site["type"] != "sample" or site["infer"].get("is_auxiliary"):
-                    continue
-                if site["is_observed"]:
-                    log_likelihood = log_likelihood + site["unscaled_log_prob"].sum()
-                    continue
-                guide_site = guide_trace.nodes[name]
-                try:
+        """Per-point reconstruction, KL and divergence of this particle, detached.
+
+        The log-densities are scored here in the caller's grad mode and kept in the traces
+        (:func:`~ppl_vae.infer.mean_field.scored_site`), so the loss reuses them; only their
+        sums are detached."""
+        num_points = model_weight.site["fn"].batch_shape.numel()
+        log_likelihood, kl = 0.0, 0.0
+        for name, site in model_trace.nodes.items():
+            if site["type"] != "sample" or site["infer"].get("is_auxiliary"):
+                continue
+            if site["is_observed"]:
+                log_likelihood = log_likelihood + scored_site(model_trace, name)["unscaled_log_prob"].detach().sum()
+                continue
+            guide_site = guide_trace.nodes[name]
+            try:
+                with torch.no_grad():
                     kl = kl + kl_divergence(guide_site["fn"], site["fn"]).sum()
-                except NotImplementedError:
-                    kl = kl + (guide_site["unscaled_log_prob"] - site["unscaled_log_prob"]).sum()
-            return {
-                "reconstruction": torch.as_tensor(-log_likelihood / num_points),
-                "kl": torch.as_tensor(kl / num_points),
-                "divergence": self._last_divergence,
-            }
+            except NotImplementedError:
+                log_ratio = scored_site(guide_trace, name)["unscaled_log_prob"] - scored_site(model_trace, name)["unscaled_log_prob"]
+                kl = kl + log_ratio.detach().sum()
+        return {
+            "reconstruction": torch.as_tensor(-log_likelihood / num_points),
+            "kl": torch.as_tensor(kl / num_points),
+            "divergence": self._last_divergence,
+        }
