@@ -155,17 +155,19 @@ class PartedVAE(PyroModule):
         u_dims: int | Sequence[int] = 1,
         channels: int = 1,
         hidden: int = 256,
+        channels_last: bool = True,
         **kwargs,
     ) -> PartedVAE:
         """The authors' convolutional pair (NOTES Sec. 1): :class:`~ppl_vae.nn.ConvEncoder` to
         ``hidden`` features and the mirrored :class:`~ppl_vae.nn.ConvDecoder` from ``[z, u]``.
         Defaults are the authors' dSprites sizes (z 5, c [3], u 1).
 
+        :param channels_last: the networks' memory format (see :mod:`ppl_vae.nn.conv`).
         :param kwargs: passed to the constructor (``likelihood``, ``temperature``, ...).
         """
         num_u = sum(_u_sizes(num_classes, u_dims))
-        encoder = ConvEncoder(image_size, channels, hidden_dim=hidden)
-        decoder = ConvDecoder(z_dim + num_u, image_size, channels, hidden_dim=hidden)
+        encoder = ConvEncoder(image_size, channels, hidden_dim=hidden, channels_last=channels_last)
+        decoder = ConvDecoder(z_dim + num_u, image_size, channels, hidden_dim=hidden, channels_last=channels_last)
         return cls(encoder, decoder, z_dim, num_classes, u_dims, **kwargs)
 
     @classmethod

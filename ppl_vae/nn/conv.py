@@ -5,6 +5,13 @@ for dSprites and CelebA: four 4x4 stride-2 convolutions with 32, 32, 64, 64 chan
 then ``Linear(1024 -> 256)``; the decoder mirrors it with transposed convolutions.
 The small pair is the same design with three stride-2 layers for 28x28 or 32x32 inputs
 (MNIST, Fashion-MNIST).
+
+Both run their convolutions in the channels-last memory format by default (weights and
+activations stored as N, H, W, C; the tensors keep their logical N, C, H, W shape, so
+nothing outside the network sees a difference beyond float rounding). On the CPU the
+oneDNN kernels are faster on it: forward and backward of the 64x64 encoder 50.5 -> 43.1 ms
+and of the decoder 69.2 -> 61.6 ms at batch 64 on one thread (``docs/performance.md``).
+Its effect on a GPU was not measured; ``channels_last=False`` gives the usual layout.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import torch
 from torch import nn
 
 _CHANNELS_64 = (32, 32, 64, 64)
+_CHANNELS_LAST = torch.channels_last
 _CHANNELS_SMALL = (32, 64, 64)
 
 
@@ -38,6 +46,8 @@ class ConvEncoder(nn.Module):
     ``size`` 28 three with padding that maps 28 -> 14 -> 7 -> 4.
 
     :param bias: ``False`` builds bias-free layers (``encoder(0) = 0``).
+    :param channels_last: run the convolutions in the channels-last memory format (module
+        docstring).
     """
 
     def __init__(
@@ -47,6 +57,7 @@ class ConvEncoder(nn.Module):
         hidden_dim: int = 256,
         bias: bool = True,
         conv_channels: Sequence[int] | None = None,
+        channels_last: bool = True,
     ) -> None:
         super().__init__()
         conv_channels = _conv_channels(image_size, conv_channels)
@@ -63,9 +74,14 @@ class ConvEncoder(nn.Module):
             flat = self.conv(torch.zeros(1, channels, image_size, image_size)).numel()
         self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), nn.ReLU())
         self.out_features = hidden_dim
+        self.channels_last = bool(channels_last)
+        if self.channels_last:
+            self.conv.to(memory_format=_CHANNELS_LAST)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_image_batch(x, self.channels, self.image_size)
+        if self.channels_last:
+            x = x.contiguous(memory_format=_CHANNELS_LAST)
         return self.fc(self.conv(x))
 
 
@@ -75,6 +91,9 @@ class ConvDecoder(nn.Module):
 
     Mirrors :class:`ConvEncoder`: ``Linear(latent -> hidden -> 64*4*4)`` then
     transposed 4x4 stride-2 convolutions.
+
+    :param channels_last: run the transposed convolutions in the channels-last memory format
+        (module docstring); the output is then channels-last too.
     """
 
     def __init__(
@@ -85,6 +104,7 @@ class ConvDecoder(nn.Module):
         hidden_dim: int = 256,
         bias: bool = True,
         conv_channels: Sequence[int] | None = None,
+        channels_last: bool = True,
     ) -> None:
         super().__init__()
         conv_channels = _conv_channels(image_size, conv_channels)
@@ -109,6 +129,9 @@ class ConvDecoder(nn.Module):
         self.deconv = nn.Sequential(*layers)
         self.latent_dim = latent_dim
         self.output_shape = (channels, image_size, image_size)
+        self.channels_last = bool(channels_last)
+        if self.channels_last:
+            self.deconv.to(memory_format=_CHANNELS_LAST)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.shape[-1] != self.latent_dim:
@@ -117,5 +140,7 @@ class ConvDecoder(nn.Module):
             )
         batch_shape = z.shape[:-1]
         h = self.fc(z.reshape(-1, self.latent_dim)).reshape(-1, self.start_channels, 4, 4)
+        if self.channels_last:
+            h = h.contiguous(memory_format=_CHANNELS_LAST)
         out = self.deconv(h)
         return out.reshape(*batch_shape, *self.output_shape)

@@ -40,3 +40,24 @@ def test_wrong_shapes_are_named():
         ConvEncoder(48)
     with pytest.raises(ValueError, match="sizes"):
         MLP([10])
+
+
+@pytest.mark.parametrize("size, channels", [(64, 1), (28, 1), (32, 3)])
+def test_channels_last_networks_compute_what_the_usual_layout_computes(size, channels):
+    torch.manual_seed(0)
+    usual = (ConvEncoder(size, channels, channels_last=False), ConvDecoder(5, size, channels, channels_last=False))
+    fast = (ConvEncoder(size, channels), ConvDecoder(5, size, channels))
+    for source, target in zip(usual, fast, strict=True):
+        target.load_state_dict(source.state_dict())
+    x = torch.rand(3, channels, size, size)
+    (encoder, decoder), (fast_encoder, fast_decoder) = usual, fast
+    out = decoder(encoder(x)[:, :5])
+    fast_out = fast_decoder(fast_encoder(x)[:, :5])
+    assert fast_out.shape == out.shape == x.shape
+    torch.testing.assert_close(fast_out, out, rtol=1e-4, atol=1e-5)
+    out.square().sum().backward()
+    fast_out.square().sum().backward()
+    torch.testing.assert_close(fast_encoder.conv[0].weight.grad, encoder.conv[0].weight.grad, rtol=1e-3, atol=1e-5)
+    assert fast_encoder.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
+    assert fast_decoder.deconv[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert not encoder.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
