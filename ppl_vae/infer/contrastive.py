@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import pyro
 import torch
 from pyro import poutine
+from pyro.poutine.messenger import Messenger
 from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
@@ -50,6 +51,20 @@ def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tenso
     joint = discriminator(torch.cat([s, z], dim=-1))
     product = discriminator(permute_shared(s, z))
     return F.softplus(-joint).mean() + F.softplus(product).mean()
+
+
+class _SiteCapture(Messenger):
+    """Keeps the messages of the sample sites ``names`` (value and scale as the model's
+    handlers left them) while the model runs: a lighter record than a full trace."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self.names = frozenset(names)
+        self.sites: dict[str, dict] = {}
+
+    def _pyro_post_sample(self, msg: dict) -> None:
+        if msg["name"] in self.names:
+            self.sites[msg["name"]] = msg
 
 
 class ContrastiveELBO(MeanFieldELBO):
@@ -136,9 +151,9 @@ class ContrastiveELBO(MeanFieldELBO):
         """``model`` followed by the factor ``-gamma * (N / B) * sum_n log ratio(v_n)``."""
 
         def model_with_total_correlation(*args, **kwargs):
-            with poutine.trace() as tape:
+            with _SiteCapture((self.salient_site, self.shared_site)) as capture:
                 result = model(*args, **kwargs)
-            nodes = tape.trace.nodes
+            nodes = capture.sites
             if self.salient_site in nodes and self.shared_site in nodes:
                 salient = nodes[self.salient_site]
                 shared = nodes[self.shared_site]["value"]

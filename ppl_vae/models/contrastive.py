@@ -216,9 +216,6 @@ class ContrastiveVAE(PyroModule):
         orders of magnitude), ``x`` otherwise."""
         return torch.log1p(x) if self.counts is not None else x
 
-    def _decode_raw(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return self.decoder(torch.cat([s, z], dim=-1))
-
     @pyro_method
     def model(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
         """p(target, s, z) p(background, z') for ``target (B, *event)`` and ``background (B', *event)``.
@@ -228,35 +225,39 @@ class ContrastiveVAE(PyroModule):
         check the target alone).
         """
         check_contrastive_data(target, background, check_finite=is_validation_enabled())
+        # Each access to a network attribute of a PyroModule registers its parameters with Pyro
+        # again, so every network is read into a local once.
+        decoder, shared_prior = self.decoder, self.shared_prior
         if target is not None:
             batch = target.shape[0]
             with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
                 s = pyro.sample("target_s", self.salient_prior().expand([batch]))
-                z = pyro.sample("target_z", self.shared_prior().expand([batch]))
-                decoded = self._decode_raw(s, z)
+                z = pyro.sample("target_z", shared_prior().expand([batch]))
+                decoded = decoder(torch.cat([s, z], dim=-1))
                 pyro.sample("target_x", self._observation(decoded, target.dim() - 1), obs=target)
         if background is not None:
             batch = background.shape[0]
             with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
-                z = pyro.sample("background_z", self.shared_prior().expand([batch]))
-                decoded = self._decode_raw(z.new_zeros(batch, self.salient_dim), z)
+                z = pyro.sample("background_z", shared_prior().expand([batch]))
+                decoded = decoder(torch.cat([z.new_zeros(batch, self.salient_dim), z], dim=-1))
                 pyro.sample("background_x", self._observation(decoded, background.dim() - 1), obs=background)
 
     @pyro_method
     def guide(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
         """q(s|x) q(z|x) on the target batch and q(z|b) on the background batch (same site names
         and plates as :meth:`model`)."""
+        shared_encoder, shared_head = self.shared_encoder, self.shared_head  # registered once (see model)
         if target is not None:
             batch = target.shape[0]
             features = self._encoder_input(target)
             s_loc, s_scale = self.salient_head(self.salient_encoder(features))
-            z_loc, z_scale = self.shared_head(self.shared_encoder(features))
+            z_loc, z_scale = shared_head(shared_encoder(features))
             with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
                 pyro.sample("target_s", dist.Normal(s_loc, s_scale).to_event(1))
                 pyro.sample("target_z", dist.Normal(z_loc, z_scale).to_event(1))
         if background is not None:
             batch = background.shape[0]
-            z_loc, z_scale = self.shared_head(self.shared_encoder(self._encoder_input(background)))
+            z_loc, z_scale = shared_head(shared_encoder(self._encoder_input(background)))
             with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
                 pyro.sample("background_z", dist.Normal(z_loc, z_scale).to_event(1))
 
