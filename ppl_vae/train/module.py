@@ -64,7 +64,8 @@ class SVIModule(L.LightningModule):
 
     Each training iteration takes the objective's ``"before"`` auxiliary steps, one ELBO
     step on every data group that no auxiliary step claims, then the ``"after"`` steps.
-    Every step zeroes all gradients first, so a step changes only its own parameters.
+    Every step zeroes the gradients of its own optimiser's parameters before its backward
+    pass and changes only those parameters.
 
     Per-term losses (the objective's ``terms`` plus each auxiliary loss) are summed on the
     device and averaged over ``log_every_n_steps`` iterations before they are read, so the
@@ -125,7 +126,7 @@ class SVIModule(L.LightningModule):
         return kwargs
 
     def _take_step(self, optimizer, loss: torch.Tensor, name: str) -> None:
-        self.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         due = self._gradient_check_due()
         if due or self.device.type == "cpu":
