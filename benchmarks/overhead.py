@@ -40,6 +40,7 @@ loop's median as a ratio to the hand-written one (and, for PartedVAE, ours to th
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import logging
@@ -50,6 +51,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,8 @@ class Workload:
     :param batch_sizes: rows per batch of each data group.
     :param hand_written: ``(model, objective, samplers) -> step`` for the ``torch`` loop.
     :param authors: the same for the authors' iteration, when there is one.
+    :param authors_build: fresh ``(model, objective)`` for it, with the networks in the layout
+        the authors' code uses (``None``: ``build``).
     :param description: settings written to the JSON with the figures.
     """
 
@@ -158,6 +162,7 @@ class Workload:
     lr: float
     hand_written: Callable[..., Step]
     authors: Callable[..., Step] | None = None
+    authors_build: Callable[[], tuple[nn.Module, Any]] | None = None
     description: dict[str, Any] = field(default_factory=dict)
 
     def samplers(self, seed: int = 0, device: torch.device | str = "cpu") -> dict[str, BatchSampler]:
@@ -328,9 +333,9 @@ def parted_workload(
 ) -> Workload:
     """PartedVAE with the authors' dSprites settings and a labelled group for the classifier."""
 
-    def build() -> tuple[PartedVAE, PartedELBO]:
+    def build(channels_last: bool = True) -> tuple[PartedVAE, PartedELBO]:
         torch.manual_seed(0)
-        model = PartedVAE.conv(64, z_dim=5, num_classes=3, u_dims=1)
+        model = PartedVAE.conv(64, z_dim=5, num_classes=3, u_dims=1, channels_last=channels_last)
         objective = PartedELBO(
             z_capacity=LinearCapacity(0.0, 30.0, 300_000), u_capacity=LinearCapacity(0.0, 5.0, 300_000),
             gamma_z=50.0, gamma_u=50.0, gamma_c=100.0, gamma_h=10.0, gamma_bc=10.0, delta=0.1,
@@ -345,6 +350,7 @@ def parted_workload(
         lr=5e-4,
         hand_written=hand_written_parted_iteration,
         authors=authors_parted_iteration,
+        authors_build=functools.partial(build, channels_last=False),
         description={"network": "conv 64x64", "z_dim": 5, "num_classes": 3, "u_dim": 1, "labelled": len(labels)},
     )
 
@@ -436,25 +442,44 @@ def _time_steps(step: Step, steps: int, warmup: int, device: torch.device | str 
     return (time.perf_counter() - start) / steps
 
 
-def time_hand_written(workload: Workload, steps: int, warmup: int, device: torch.device | str = "cpu") -> float:
-    """Seconds per iteration of the hand-written PyTorch loop, networks and data on ``device``."""
+def hand_written_loop(workload: Workload, device: torch.device | str = "cpu") -> Step:
+    """One iteration of the hand-written PyTorch loop, on fresh networks and data on ``device``."""
     model, objective = workload.build()
     model.to(device)
     for module in getattr(objective, "auxiliary_modules", dict)().values():
         module.to(device)
-    step = workload.hand_written(model, objective, workload.samplers(device=device))
-    return _time_steps(step, steps, warmup, device)
+    return workload.hand_written(model, objective, workload.samplers(device=device))
 
 
-def time_authors(workload: Workload, steps: int, warmup: int) -> float:
-    """Seconds per iteration of the authors' loop as reproduced in ``workload.authors``."""
-    model, objective = workload.build()
-    return _time_steps(workload.authors(model, objective, workload.samplers()), steps, warmup)
+def authors_loop(workload: Workload) -> Step:
+    """One iteration of the authors' loop as reproduced in ``workload.authors``, on fresh networks
+    in the authors' layout."""
+    model, objective = (workload.authors_build or workload.build)()
+    return workload.authors(model, objective, workload.samplers())
 
 
-def time_svi(workload: Workload, steps: int, warmup: int) -> float:
-    """Seconds per iteration of ``SVI.step`` plus torch-optimised auxiliary steps (validation off)."""
-    pyro.clear_param_store()
+@contextmanager
+def own_param_store(contents: tuple[dict, dict, dict]):
+    """Pyro's global param store holds ``contents`` (its three tables) inside the block.
+
+    ``SVI`` with ``pyro.optim`` optimises the parameters that the model's ``param`` sites
+    return from the global store, looked up by name; a second model of the same class (the
+    engine's, interleaved with this loop) registers the same names. Swapping the tables keeps
+    each model's parameters its own, at the cost of three attribute swaps."""
+    store = pyro.get_param_store()
+    saved = (store._params, store._param_to_name, store._constraints)
+    store._params, store._param_to_name, store._constraints = contents
+    try:
+        yield
+    finally:
+        store._params, store._param_to_name, store._constraints = saved
+
+
+def svi_loop(workload: Workload) -> Step:
+    """One iteration of ``SVI.step`` (``pyro.optim.Adam``) plus the objective's auxiliary steps,
+    each by a ``torch.optim.Adam`` on ``step.loss(**batch)``, on fresh networks, with Pyro's
+    validation off and a param store of its own (:func:`own_param_store`)."""
+    contents: tuple[dict, dict, dict] = ({}, {}, {})
     model, objective = workload.build()
     samplers = workload.samplers()
     svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": workload.lr}), objective)
@@ -475,15 +500,18 @@ def time_svi(workload: Workload, steps: int, warmup: int) -> float:
         for step, optimizer in extra:
             if step.when == "before":
                 auxiliary(step, optimizer, batch)
-        svi.step(**batch)
+        with pyro.validation_enabled(False), own_param_store(contents):
+            svi.step(**batch)
         for step, optimizer in extra:
             if step.when == "after":
                 auxiliary(step, optimizer, batch)
 
-    with pyro.validation_enabled(False):
-        seconds = _time_steps(iteration, steps, warmup)
-    pyro.clear_param_store()
-    return seconds
+    return iteration
+
+
+def time_hand_written(workload: Workload, steps: int, warmup: int, device: torch.device | str = "cpu") -> float:
+    """Seconds per iteration of the hand-written PyTorch loop, networks and data on ``device``."""
+    return _time_steps(hand_written_loop(workload, device), steps, warmup, device)
 
 
 class IterationTimer(L.Callback):
@@ -512,48 +540,85 @@ class IterationTimer(L.Callback):
         return (self.end - self.start) / self.count if self.count else float("nan")
 
 
-def time_engine(workload: Workload, steps: int, warmup: int, device: str = "cpu") -> float:
-    """Seconds per iteration of ``ppl_vae.fit`` on ``device`` with the data resident there
-    (``data_on_device=True``; Lightning start-up excluded)."""
+def _fit(workload: Workload, steps: int, device: str, callback: L.Callback) -> None:
+    """``ppl_vae.fit`` of fresh networks for ``steps`` iterations, data resident on ``device``."""
     pyro.clear_param_store()
     model, objective = workload.build()
-    timer = IterationTimer(warmup)
     first, *others = workload.batch_sizes.items()
     fit(
         model,
         objective,
         workload.data,
-        steps=warmup + steps,
+        steps=steps,
         batch_size=first[1],
         batch_sizes=dict(others),
         lr=workload.lr,
         device=device,
         data_on_device=True,
         progress_bar=False,
-        callbacks=[timer],
+        callbacks=[callback],
     )
     pyro.clear_param_store()
+
+
+def time_engine(workload: Workload, steps: int, warmup: int, device: str = "cpu") -> float:
+    """Seconds per iteration of ``ppl_vae.fit`` on ``device`` with the data resident there
+    (``data_on_device=True``; Lightning start-up excluded)."""
+    timer = IterationTimer(warmup)
+    _fit(workload, warmup + steps, device, timer)
     return timer.seconds_per_iteration
 
 
-LOOPS: dict[str, Callable[[Workload, int, int], float]] = {
-    "torch": time_hand_written,
-    "svi": time_svi,
-    "engine": time_engine,
-    "authors": time_authors,
-}
+class InterleavedTimer(L.Callback):
+    """Times the engine's iterations and, after each of them, one iteration of every other
+    loop: engine, loop 1, loop 2, ..., engine, loop 1, ... (iterations after ``warmup``).
+
+    An engine iteration is timed from the end of this callback to the end of the next
+    training batch, so it covers all of Lightning's per-batch work (fetching the batch, the
+    hooks, the training step).
+    """
+
+    def __init__(self, others: Mapping[str, Step], warmup: int) -> None:
+        self.others = dict(others)
+        self.warmup = warmup
+        self.seconds: dict[str, list[float]] = {"engine": [], **{name: [] for name in self.others}}
+        self.resumed = 0.0
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        synchronize(module.device)
+        timed = batch_idx >= self.warmup
+        if timed:
+            self.seconds["engine"].append(time.perf_counter() - self.resumed)
+        for name, step in self.others.items():
+            start = time.perf_counter()
+            step()
+            synchronize(module.device)
+            if timed:
+                self.seconds[name].append(time.perf_counter() - start)
+        self.resumed = time.perf_counter()
 
 
 def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> dict[str, list[float]]:
-    """Seconds per iteration of every loop of ``workload``, ``rounds`` times, alternated."""
-    loops = [name for name in LOOPS if name != "authors" or workload.authors is not None]
-    per_iteration: dict[str, list[float]] = {name: [] for name in loops}
+    """Median seconds per iteration of every loop in each of ``rounds`` rounds.
+
+    Each round builds every loop afresh from the same seed and runs ``warmup + steps``
+    iterations of all of them interleaved one by one (:class:`InterleavedTimer`: engine,
+    torch, svi, [authors,] engine, ...), so a change in the machine's load reaches every loop
+    alike."""
+    per_round: dict[str, list[float]] = {}
     for index in range(rounds):
-        for name in loops:
-            seconds = LOOPS[name](workload, steps, warmup)
-            per_iteration[name].append(seconds)
-            print(f"  {workload.name} round {index + 1}/{rounds} {name:8s}: {1000 * seconds:8.1f} ms/iteration", flush=True)
-    return per_iteration
+        pyro.clear_param_store()
+        others = {"torch": hand_written_loop(workload), "svi": svi_loop(workload)}
+        if workload.authors is not None:
+            others["authors"] = authors_loop(workload)
+        timer = InterleavedTimer(others, warmup)
+        _fit(workload, warmup + steps, "cpu", timer)
+        for name in ("torch", "svi", "engine", "authors"):
+            if name in timer.seconds:
+                per_round.setdefault(name, []).append(statistics.median(timer.seconds[name]))
+        line = ", ".join(f"{name} {1000 * values[-1]:.1f}" for name, values in per_round.items())
+        print(f"  {workload.name} round {index + 1}/{rounds} (median ms/iteration): {line}", flush=True)
+    return per_round
 
 
 def summarise(per_iteration: dict[str, list[float]], images_per_iteration: int) -> dict[str, dict[str, float]]:
