@@ -36,6 +36,7 @@ import torch
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
 from torch.distributions import kl_divergence
+from torch.utils.checkpoint import checkpoint
 
 from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.divergences import (
@@ -136,7 +137,8 @@ class DecompositionELBO(MeanFieldELBO):
     :param length_scales: the MMD kernel's length scales (authors' code default).
     :param aggregate_data: keyword arguments of the guide for a whole data set, e.g.
         ``{"x": X (N, ...)}``, whose encodings form q(z) in the inclusive KL (all of them
-        are re-encoded, with gradients, every step: memory grows with N).
+        are re-encoded, with gradients, every step, chunk by chunk under activation
+        checkpointing: memory is O(N D) plus one chunk's encoder activations).
     :param chunk_size: encodings per block in the aggregate density and per guide call on
         ``aggregate_data``.
     :param factor_name: name of the divergence's ``pyro.factor`` site.
@@ -244,23 +246,38 @@ class DecompositionELBO(MeanFieldELBO):
         return estimate
 
     def _aggregate_encodings(self, guide: Callable, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(N, D)`` means and scales of q(z | x_j) over ``aggregate_data``, guide run in chunks
-        (blocked, so the calls leave no trace in the model's)."""
+        """``(N, D)`` means and scales of q(z | x_j) over ``aggregate_data``, the guide run in
+        chunks (blocked, so the calls leave no trace in the model's).
+
+        With gradients on, each chunk is encoded under activation checkpointing
+        (:func:`torch.utils.checkpoint.checkpoint`): only its means and scales are kept, and its
+        encoder activations are recomputed, with the same random state, when the backward pass
+        reaches it. Memory is then O(N D) plus one chunk's activations, instead of every chunk's
+        activations at once."""
         if device not in self._aggregate_on_device:
             self._aggregate_on_device[device] = {
                 key: (value if value.is_floating_point() else value.to(torch.get_default_dtype())).to(device)
                 for key, value in self.aggregate_data.items()
             }
         data = self._aggregate_on_device[device]
-        size = next(iter(data.values())).shape[0]
+        keys = list(data)
+        size = data[keys[0]].shape[0]
+
+        def encode(*chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            with poutine.block():
+                site = poutine.trace(guide).get_trace(**dict(zip(keys, chunk, strict=True))).nodes[self.latent]
+            loc, scale = _diagonal_normal(site["fn"], self.latent)
+            return loc.reshape(-1, loc.shape[-1]), scale.reshape(-1, scale.shape[-1])
+
         locs, scales = [], []
         for start in range(0, size, self.chunk_size):
-            chunk = {key: value[start : start + self.chunk_size] for key, value in data.items()}
-            with poutine.block():
-                site = poutine.trace(guide).get_trace(**chunk).nodes[self.latent]
-            loc, scale = _diagonal_normal(site["fn"], self.latent)
-            locs.append(loc.reshape(-1, loc.shape[-1]))
-            scales.append(scale.reshape(-1, scale.shape[-1]))
+            chunk = [data[key][start : start + self.chunk_size] for key in keys]
+            if torch.is_grad_enabled():
+                loc, scale = checkpoint(encode, *chunk, use_reentrant=False)
+            else:
+                loc, scale = encode(*chunk)
+            locs.append(loc)
+            scales.append(scale)
         return torch.cat(locs), torch.cat(scales)
 
     def _terms(self, model_trace, guide_trace, model_weight: _LatentWeight) -> dict[str, torch.Tensor]:

@@ -164,6 +164,27 @@ def test_whole_data_set_aggregate_reaches_the_encoder_through_points_outside_the
     assert grad.abs().sum() > 0
 
 
+def test_checkpointed_chunks_give_the_gradients_of_encoding_everything_at_once(monkeypatch):
+    """Activation checkpointing of the aggregate's chunks bounds memory without changing
+    the loss or any gradient (the recomputation replays the same random state)."""
+    import ppl_vae.infer.decomposition as decomposition
+
+    model = decomposition_vae(StudentTPrior(2, df=3.0))
+    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", aggregate_data={"x": X + 1.0}, chunk_size=5)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def loss_and_grads():
+        loss = seeded(elbo.differentiable_loss, model.model, model.guide, X[:6])
+        return loss.detach(), torch.autograd.grad(loss, params)
+
+    checkpointed = loss_and_grads()
+    monkeypatch.setattr(decomposition, "checkpoint", lambda fn, *args, **kwargs: fn(*args))
+    plain = loss_and_grads()
+    torch.testing.assert_close(checkpointed[0], plain[0])
+    for ours, reference in zip(checkpointed[1], plain[1], strict=True):
+        torch.testing.assert_close(ours, reference)
+
+
 def test_svi_evaluate_loss_reports_the_trained_objective():
     model = decomposition_vae(SparsePrior(2))
     elbo = DecompositionELBO(alpha=10.0, divergence="mmd")
