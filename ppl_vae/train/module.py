@@ -54,6 +54,15 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def adam_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
+    """Keyword arguments of ``torch.optim.Adam`` for one update over all of ``params``:
+    ``fused`` (one kernel) when they all live on a CUDA device, ``foreach`` (one call per
+    operation for the whole list) otherwise."""
+    if params and all(p.is_cuda for p in params):
+        return {"fused": True}
+    return {"foreach": True}
+
+
 def architecture(module: nn.Module) -> dict[str, list[int]]:
     """Parameter and buffer names with their shapes: what a checkpoint must match."""
     return {name: list(t.shape) for name, t in module.state_dict().items()}
@@ -117,7 +126,7 @@ class SVIModule(L.LightningModule):
 
     def _adam(self, params, lr: float) -> torch.optim.Optimizer:
         params = [p for p in params if p.requires_grad]
-        return torch.optim.Adam(params, lr=lr, betas=self.config.betas, foreach=True)
+        return torch.optim.Adam(params, lr=lr, betas=self.config.betas, **adam_implementation(params))
 
     def _kwargs(self, batch: dict[str, dict[str, torch.Tensor]], groups: list[str]) -> dict:
         kwargs: dict[str, torch.Tensor] = {}

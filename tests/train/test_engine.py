@@ -229,3 +229,16 @@ def test_engine_trains_under_module_local_params_and_leaves_the_param_store_alon
         pyro.settings.set(module_local_params=False)
     assert result.history[-1]["elbo_loss"] < result.history[0]["elbo_loss"]
     assert len(pyro.get_param_store()) == 0
+
+
+def test_adam_is_fused_on_cuda_parameters_and_foreach_elsewhere():
+    from types import SimpleNamespace
+
+    from ppl_vae.train.module import adam_implementation
+
+    on_gpu = [SimpleNamespace(is_cuda=True), SimpleNamespace(is_cuda=True)]
+    assert adam_implementation(on_gpu) == {"fused": True}
+    assert adam_implementation([torch.zeros(2, requires_grad=True)]) == {"foreach": True}
+    assert adam_implementation([*on_gpu, torch.zeros(2)]) == {"foreach": True}
+    optimizer = torch.optim.Adam([torch.zeros(2, requires_grad=True)], **adam_implementation([torch.zeros(2)]))
+    assert optimizer.defaults["foreach"] is True
