@@ -10,10 +10,11 @@ sizes:
 - ``svi``: a plain ``pyro.infer.SVI`` loop with ``pyro.optim.Adam`` and the objective of
   :mod:`ppl_vae.infer`; the objective's auxiliary step (classifier, discriminator) taken by a
   ``torch.optim.Adam`` over ``step.parameters`` on ``step.loss(**batch)``.
-- ``engine``: ``ppl_vae.fit`` with a timing callback (Lightning start-up excluded).
+- ``engine``: ``ppl_vae.fit``, timed from inside its run (below).
 - ``authors`` (PartedVAE only): the hand-written iteration with the authors' classifier step
   (:func:`authors_parted_iteration`), which reshuffles and copies the whole labelled set on
-  every iteration.
+  every iteration, on networks in the usual NCHW memory format of the authors' code (the
+  library's conv networks run channels-last, :mod:`ppl_vae.nn.conv`).
 
 Workloads (NOTES Sec. 1-3):
 
@@ -29,10 +30,14 @@ Workloads (NOTES Sec. 1-3):
   with the linear TC discriminator (gamma = 1) and its discriminator step, Grassy-MNIST-sized
   random images in [0, 1] (target and background), batch 128 of each.
 
-Loops are alternated in one process (torch, svi, engine, [authors,] torch, ...); each round
-builds fresh networks from the same seed and times ``--steps`` iterations after ``--warmup``.
-Per-iteration medians and min/max over rounds are printed and written as JSON, with each
-loop's median as a ratio to the hand-written one (and, for PartedVAE, ours to the authors').
+Loops are interleaved iteration by iteration in one process: a callback of the engine's run
+(:class:`InterleavedTimer`) takes one iteration of each other loop after every engine
+iteration (engine, torch, svi, [authors,] engine, ...), so load from other jobs reaches every
+loop alike. Each round builds every loop afresh from the same seed and times ``--steps``
+iterations after ``--warmup``. Printed and written as JSON per loop: the median over rounds
+of the per-round median seconds per iteration (with min/max over rounds), its ratio to the
+hand-written loop's, and the *paired* ratio, the median over all timed iterations of
+``loop_i / torch_i`` (and, for PartedVAE, ``/ authors_i``).
 
     python benchmarks/overhead.py --threads 1            # the figures of docs/performance.md
     python benchmarks/overhead.py --quick --json out.json  # seconds: checks the harness, not speed
@@ -82,6 +87,7 @@ DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "overhead.json"
 DSPRITES_IMAGES = 737_280
 SHAPE = 1  # column of dSprites' shape factor
 Step = Callable[[], None]
+LOOP_ORDER = ("torch", "svi", "engine", "authors")
 
 
 class BatchSampler:
@@ -598,14 +604,14 @@ class InterleavedTimer(L.Callback):
         self.resumed = time.perf_counter()
 
 
-def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> dict[str, list[float]]:
-    """Median seconds per iteration of every loop in each of ``rounds`` rounds.
+def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> list[dict[str, list[float]]]:
+    """Seconds of every timed iteration of every loop, one dict per round.
 
     Each round builds every loop afresh from the same seed and runs ``warmup + steps``
     iterations of all of them interleaved one by one (:class:`InterleavedTimer`: engine,
     torch, svi, [authors,] engine, ...), so a change in the machine's load reaches every loop
-    alike."""
-    per_round: dict[str, list[float]] = {}
+    alike, and iteration i of one loop can be paired with iteration i of another."""
+    per_round = []
     for index in range(rounds):
         pyro.clear_param_store()
         others = {"torch": hand_written_loop(workload), "svi": svi_loop(workload)}
@@ -613,16 +619,25 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> dict[st
             others["authors"] = authors_loop(workload)
         timer = InterleavedTimer(others, warmup)
         _fit(workload, warmup + steps, "cpu", timer)
-        for name in ("torch", "svi", "engine", "authors"):
-            if name in timer.seconds:
-                per_round.setdefault(name, []).append(statistics.median(timer.seconds[name]))
-        line = ", ".join(f"{name} {1000 * values[-1]:.1f}" for name, values in per_round.items())
+        per_round.append({name: timer.seconds[name] for name in LOOP_ORDER if name in timer.seconds})
+        line = ", ".join(f"{name} {1000 * statistics.median(values):.1f}" for name, values in per_round[-1].items())
         print(f"  {workload.name} round {index + 1}/{rounds} (median ms/iteration): {line}", flush=True)
     return per_round
 
 
+def paired_ratios(per_round: list[dict[str, list[float]]], reference: str) -> dict[str, float]:
+    """Median over every timed iteration of ``loop_i / reference_i`` (iteration i of both loops
+    ran back to back), per loop."""
+    ratios: dict[str, list[float]] = {}
+    for seconds in per_round:
+        for name, values in seconds.items():
+            ratios.setdefault(name, []).extend(a / b for a, b in zip(values, seconds[reference], strict=True))
+    return {name: statistics.median(values) for name, values in ratios.items()}
+
+
 def summarise(per_iteration: dict[str, list[float]], images_per_iteration: int) -> dict[str, dict[str, float]]:
-    """Median, min and max per loop; ratios to the hand-written loop (and to the authors')."""
+    """Median, min and max of each loop's seconds per iteration over rounds (``rounds``: one
+    figure per round); ratios of the medians to the hand-written loop's (and to the authors')."""
     floor = statistics.median(per_iteration["torch"])
     rows = {}
     for name, values in per_iteration.items():
@@ -643,14 +658,20 @@ def summarise(per_iteration: dict[str, list[float]], images_per_iteration: int) 
 
 
 def print_table(name: str, rows: dict[str, dict[str, float]]) -> None:
-    """One line per loop."""
+    """One line per loop: medians over rounds, and the paired per-iteration ratios."""
     print(f"\n{name}")
-    print(f"  {'loop':8s} {'median ms':>10s} {'min':>8s} {'max':>8s} {'img/s':>8s} {'/torch':>7s} {'/authors':>9s}")
+    print(
+        f"  {'loop':8s} {'median ms':>10s} {'min':>8s} {'max':>8s} {'img/s':>8s} {'/torch':>7s} "
+        f"{'paired':>7s} {'/authors':>9s} {'paired':>7s}"
+    )
     for loop, row in rows.items():
-        authors = f"{row['ratio_to_authors']:9.3f}" if "ratio_to_authors" in row else f"{'':9s}"
+        authors = (
+            f"{row['ratio_to_authors']:9.3f} {row['paired_ratio_to_authors']:7.3f}" if "ratio_to_authors" in row else ""
+        )
         print(
             f"  {loop:8s} {1000 * row['median_seconds']:10.1f} {1000 * row['min_seconds']:8.1f} "
-            f"{1000 * row['max_seconds']:8.1f} {row['images_per_second']:8.0f} {row['ratio_to_torch']:7.3f} {authors}"
+            f"{1000 * row['max_seconds']:8.1f} {row['images_per_second']:8.0f} {row['ratio_to_torch']:7.3f} "
+            f"{row['paired_ratio_to_torch']:7.3f} {authors}"
         )
 
 
@@ -705,10 +726,15 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for workload in workloads(args):
-        per_iteration = measure(workload, args.steps, args.warmup, args.rounds)
-        images = sum(workload.batch_sizes.values())
+        per_round = measure(workload, args.steps, args.warmup, args.rounds)
+        round_medians = {name: [statistics.median(seconds[name]) for seconds in per_round] for name in per_round[0]}
+        rows = summarise(round_medians, sum(workload.batch_sizes.values()))
+        for reference in ("torch", "authors"):
+            if reference in rows:
+                for name, ratio in paired_ratios(per_round, reference).items():
+                    rows[name][f"paired_ratio_to_{reference}"] = ratio
         results[workload.name] = {
-            "loops": summarise(per_iteration, images),
+            "loops": rows,
             "batch_sizes": workload.batch_sizes,
             "settings": workload.description,
         }

@@ -47,9 +47,12 @@ def test_overhead_times_every_loop_of_every_model(tmp_path):
         assert set(model["loops"]) == expected
         for row in model["loops"].values():
             assert_timing_row(row)
+            assert row["paired_ratio_to_torch"] > 0
         assert model["loops"]["torch"]["ratio_to_torch"] == pytest.approx(1.0)
+        assert model["loops"]["torch"]["paired_ratio_to_torch"] == pytest.approx(1.0)
     parted = result["models"]["parted"]["loops"]
     assert parted["authors"]["ratio_to_authors"] == pytest.approx(1.0)
+    assert parted["authors"]["paired_ratio_to_authors"] == pytest.approx(1.0)
     assert parted["engine"]["ratio_to_authors"] == pytest.approx(
         parted["engine"]["median_seconds"] / parted["authors"]["median_seconds"]
     )
