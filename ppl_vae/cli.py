@@ -40,6 +40,7 @@ _TRAIN_SHORTCUTS = {
     "devices": "train.devices",
     "num_nodes": "train.num_nodes",
     "strategy": "train.strategy",
+    "precision": "train.precision",
 }
 
 
@@ -199,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--devices", type=int, help="devices (processes) for data parallelism")
     train.add_argument("--num-nodes", type=int)
     train.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
+    train.add_argument("--precision", choices=["32-true", "bf16-mixed"], help="bf16-mixed: networks in bfloat16, losses in float32")
     train.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     train.set_defaults(handler=_train)
 

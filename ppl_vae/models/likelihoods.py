@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import pyro.distributions as dist
 import torch
+from torch import nn
 
 from ppl_vae.distributions.fixed_scale import FixedScaleLaplace, FixedScaleNormal
+from ppl_vae.nn.precision import full_precision
 
 LIKELIHOODS = ("bernoulli", "gaussian", "laplace")
+#: Count likelihoods with learned per-feature dispersion (:class:`CountLikelihood`).
+COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
 
 
 def check_likelihood(name: str, scale: float | None) -> None:
@@ -37,8 +41,12 @@ def likelihood(
 
     :param event_dim: number of trailing dimensions that form one observation
         (3 for images ``(C, H, W)``, 1 for vectors).
+
+    The distribution's parameters are float32 even when the decoder ran in bfloat16 under
+    mixed precision (:func:`~ppl_vae.nn.full_precision`).
     """
     check_likelihood(name, scale)
+    decoded = full_precision(decoded)
     if name == "bernoulli":
         base = dist.Bernoulli(logits=decoded, validate_args=False)
     elif name == "gaussian":
@@ -51,3 +59,39 @@ def likelihood(
 def likelihood_mean(name: str, decoded: torch.Tensor) -> torch.Tensor:
     """The mean of p(x | decoded): ``sigmoid(logits)`` for Bernoulli, the location otherwise."""
     return torch.sigmoid(decoded) if name == "bernoulli" else decoded
+
+
+class CountLikelihood(nn.Module):
+    r"""Negative binomial (optionally zero-inflated) observation model for count data.
+
+    The decoder's output is the log mean :math:`\log\mu` of every feature, ``(batch, F)``; the
+    inverse dispersion :math:`\theta_f` (``total_count``) and, for ``"zinb"``, the gate logit
+    :math:`\pi_f` are learned per feature (scVI's ``dispersion="gene"``)::
+
+        x_f ~ NB(total_count=theta_f, logits=log mu_f - log theta_f)        mean mu_f
+        x_f ~ pi_f delta_0 + (1 - pi_f) NB(...)                             ("zinb")
+
+    :param features: F.
+    :param zero_inflated: ``True`` for the ZINB.
+    """
+
+    def __init__(self, features: int, zero_inflated: bool = False) -> None:
+        super().__init__()
+        self.log_total_count = nn.Parameter(torch.zeros(features))
+        self.gate_logits = nn.Parameter(torch.full((features,), -2.0)) if zero_inflated else None
+
+    def forward(self, log_mean: torch.Tensor) -> dist.TorchDistribution:
+        """The distribution of counts ``(batch, F)`` given ``log_mean (batch, F)``; event dim 1
+        (float32 parameters under mixed precision too)."""
+        log_mean = full_precision(log_mean)
+        total_count = self.log_total_count.exp()
+        logits = log_mean - self.log_total_count
+        if self.gate_logits is None:
+            return dist.NegativeBinomial(total_count, logits=logits).to_event(1)
+        gate_logits = self.gate_logits.expand_as(log_mean)
+        return dist.ZeroInflatedNegativeBinomial(total_count, logits=logits, gate_logits=gate_logits).to_event(1)
+
+    def mean(self, log_mean: torch.Tensor) -> torch.Tensor:
+        """E[x] ``(batch, F)``: ``mu``, times ``1 - sigmoid(gate)`` when zero-inflated."""
+        mean = log_mean.exp()
+        return mean if self.gate_logits is None else mean * torch.sigmoid(-self.gate_logits)

@@ -42,7 +42,7 @@ from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, data_scale
-from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, mlp_decoder
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
 from ppl_vae.nn.attention import AttentionGate
 
 
@@ -301,8 +301,9 @@ class PartedVAE(PyroModule):
             latents = [pyro.sample("z", dist.Normal(z_loc, z_scale).to_event(1))]
             for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):
                 if labels is None:
+                    logits = full_precision(class_head(h))
                     c = pyro.sample(
-                        f"c{i}", dist.RelaxedOneHotCategorical(h.new_tensor(self.temperature), logits=class_head(h))
+                        f"c{i}", dist.RelaxedOneHotCategorical(logits.new_tensor(self.temperature), logits=logits)
                     )
                 else:
                     c = self._one_hot(labels, i, h.dtype)
@@ -314,7 +315,7 @@ class PartedVAE(PyroModule):
     def class_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Logits of q(c_i | x) for each variable: ``[(B, L_i)]``; the encoder's c-path."""
         h = self.encoder(x)
-        return [head(h) for head in self.class_heads]
+        return [full_precision(head(h)) for head in self.class_heads]
 
     def classify(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Probabilities q(c_i | x) for each variable: ``[(B, L_i)]``."""

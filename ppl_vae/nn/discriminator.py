@@ -7,6 +7,8 @@ from itertools import pairwise
 import torch
 from torch import nn
 
+from ppl_vae.nn.precision import full_precision
+
 DISCRIMINATORS = ("linear", "mlp")
 
 
@@ -50,5 +52,6 @@ class TCDiscriminator(nn.Module):
         return self
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B,)`` in float32 (also under mixed precision) for ``v (B, D_s + D_z)``."""
         self.build(v.shape[-1], v.device)
-        return self.net(v).squeeze(-1)
+        return full_precision(self.net(v).squeeze(-1))

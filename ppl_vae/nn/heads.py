@@ -5,13 +5,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ppl_vae.nn.precision import full_precision
+
 
 class GaussianHead(nn.Module):
     """Affine map from features ``(batch, in_features)`` to a diagonal Gaussian's
     ``loc`` and ``scale``, each ``(batch, out_features)``.
 
     The scale is ``softplus(raw) + min_scale``, which keeps it positive without the
-    overflow of ``exp(log_var / 2)`` at large pre-activations.
+    overflow of ``exp(log_var / 2)`` at large pre-activations. Both are returned in float32
+    (at least) even when the affine maps run in bfloat16 under mixed precision, so the
+    distributions built from them, and their KLs, are computed in float32.
 
     :param bias: ``False`` gives a head with ``head(0) = (0, softplus(0) + min_scale)``.
     """
@@ -28,4 +32,6 @@ class GaussianHead(nn.Module):
         self.out_features = int(out_features)
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.loc(h), F.softplus(self.raw_scale(h)) + self.min_scale
+        loc, raw_scale = full_precision(self.loc(h)), full_precision(self.raw_scale(h))
+        return loc, F.softplus(raw_scale) + self.min_scale
+

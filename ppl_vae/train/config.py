@@ -5,6 +5,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+PRECISIONS = ("32-true", "bf16-mixed")
+
 
 @dataclass
 class TrainConfig:
@@ -27,6 +29,11 @@ class TrainConfig:
         every this many iterations (no host synchronisation in between).
     :param checkpoint_every_n_steps: write ``checkpoints/last.ckpt`` this often; a run
         interrupted at any time loses at most this many iterations.
+    :param precision: ``"32-true"`` (float32 throughout) or ``"bf16-mixed"``: the networks'
+        linear and convolution layers run in bfloat16 under ``torch.autocast`` (CPUs with
+        AMX or AVX512-BF16, recent GPUs), while parameters, optimiser state, every
+        distribution and every loss term stay float32 (the models cast their networks'
+        outputs at the boundary, :mod:`ppl_vae.nn`).
     :param validate: Pyro's argument validation (slower; on in tests, off in training).
     :param progress_bar: Lightning's progress bar.
     :param batch_sizes: per data-group batch sizes, e.g. ``{"labelled": 64}``.
@@ -44,6 +51,7 @@ class TrainConfig:
     data_on_device: bool = True
     log_every_n_steps: int = 50
     checkpoint_every_n_steps: int = 500
+    precision: str = "32-true"
     validate: bool = False
     progress_bar: bool = True
     batch_sizes: dict[str, int] = field(default_factory=dict)
@@ -67,6 +75,8 @@ class TrainConfig:
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     def single_process(self) -> TrainConfig:
         """A copy for one process on one device (e.g. a baseline fitted during evaluation,

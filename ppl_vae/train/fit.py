@@ -177,6 +177,7 @@ def fit(
         strategy=training_strategy(config.strategy, num_processes),
         max_epochs=1,
         max_steps=-1,
+        precision=config.precision,
         logger=CSVLogger(run.path, name="", version="") if run is not None else False,
         callbacks=callbacks,
         enable_checkpointing=run is not None,
