@@ -1,12 +1,13 @@
 """Models: each a :class:`~pyro.nn.PyroModule` with ``model`` and ``guide`` methods."""
 from ppl_vae.models.baselines import ContrastivePCA
-from ppl_vae.models.contrastive import ContrastiveVAE, CountLikelihood, check_contrastive_data
+from ppl_vae.models.contrastive import ContrastiveVAE, check_contrastive_data
 from ppl_vae.models.decomposition import DecompositionVAE
-from ppl_vae.models.likelihoods import LIKELIHOODS, likelihood, likelihood_mean
+from ppl_vae.models.likelihoods import COUNT_LIKELIHOODS, LIKELIHOODS, CountLikelihood, likelihood, likelihood_mean
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.models.vae import VAE, StandardNormalPrior
 
 __all__ = [
+    "COUNT_LIKELIHOODS",
     "LIKELIHOODS",
     "VAE",
     "ContrastivePCA",

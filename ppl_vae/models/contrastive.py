@@ -28,46 +28,18 @@ from pyro.infer.util import is_validation_enabled
 from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
-from ppl_vae.models.likelihoods import LIKELIHOODS, check_likelihood, likelihood, likelihood_mean
+from ppl_vae.models.likelihoods import (
+    COUNT_LIKELIHOODS,
+    LIKELIHOODS,
+    CountLikelihood,
+    check_likelihood,
+    likelihood,
+    likelihood_mean,
+)
 from ppl_vae.models.vae import StandardNormalPrior, data_scale
 from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
 
-COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
 CONTRASTIVE_LIKELIHOODS = (*LIKELIHOODS, *COUNT_LIKELIHOODS)
-
-
-class CountLikelihood(nn.Module):
-    r"""Negative binomial (optionally zero-inflated) observation model for count data.
-
-    The decoder's output is the log mean :math:`\log\mu` of every feature, ``(batch, F)``; the
-    inverse dispersion :math:`\theta_f` (``total_count``) and, for ``"zinb"``, the gate logit
-    :math:`\pi_f` are learned per feature (scVI's ``dispersion="gene"``)::
-
-        x_f ~ NB(total_count=theta_f, logits=log mu_f - log theta_f)        mean mu_f
-        x_f ~ pi_f delta_0 + (1 - pi_f) NB(...)                             ("zinb")
-
-    :param features: F.
-    :param zero_inflated: ``True`` for the ZINB.
-    """
-
-    def __init__(self, features: int, zero_inflated: bool = False) -> None:
-        super().__init__()
-        self.log_total_count = nn.Parameter(torch.zeros(features))
-        self.gate_logits = nn.Parameter(torch.full((features,), -2.0)) if zero_inflated else None
-
-    def forward(self, log_mean: torch.Tensor) -> dist.TorchDistribution:
-        """The distribution of counts ``(batch, F)`` given ``log_mean (batch, F)``; event dim 1."""
-        total_count = self.log_total_count.exp()
-        logits = log_mean - self.log_total_count
-        if self.gate_logits is None:
-            return dist.NegativeBinomial(total_count, logits=logits).to_event(1)
-        gate_logits = self.gate_logits.expand_as(log_mean)
-        return dist.ZeroInflatedNegativeBinomial(total_count, logits=logits, gate_logits=gate_logits).to_event(1)
-
-    def mean(self, log_mean: torch.Tensor) -> torch.Tensor:
-        """E[x] ``(batch, F)``: ``mu``, times ``1 - sigmoid(gate)`` when zero-inflated."""
-        mean = log_mean.exp()
-        return mean if self.gate_logits is None else mean * torch.sigmoid(-self.gate_logits)
 
 
 def check_contrastive_data(
