@@ -172,7 +172,7 @@ def posterior_predictive_check(
 def save_ppc_plot(result: PPCResult, path: str | os.PathLike) -> Path:
     """Histograms of every scalar statistic's replicates with the observed value marked,
     and, for vector statistics, observed against mean replicated elements."""
-    from ppl_vae.viz import _save, plt
+    from ppl_vae.viz import plt, save_figure
 
     names = list(result.checks)
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.5), squeeze=False)
@@ -192,4 +192,4 @@ def save_ppc_plot(result: PPCResult, path: str | os.PathLike) -> Path:
             ax.set_xlabel("data")
             ax.set_ylabel("mean replicate")
             ax.set_title(f"{name}\nextreme fraction = {check.extreme_fraction:.2f}", fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -50,7 +50,7 @@ def save_image_grid(
     ax.axis("off")
     if title:
         ax.set_title(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def save_reconstructions(
@@ -122,7 +122,7 @@ def save_latent_scatter(
     ax.set_title(title)
     ax.set_xlabel("dim 0")
     ax.set_ylabel("dim 1")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def save_density_comparison(
@@ -146,10 +146,12 @@ def save_density_comparison(
             ax.hist(samples[:, 0], bins=bins)
         ax.set_title(name)
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
-def _save(fig: plt.Figure, path: str | os.PathLike) -> Path:
+def save_figure(fig: plt.Figure, path: str | os.PathLike) -> Path:
+    """Lay out ``fig``, write it to ``path`` (folders created, format from the suffix, 100
+    dpi), close it, and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

@@ -15,7 +15,7 @@ from _common import RESULTS, parser, print_table, train_and_evaluate, write_json
 
 from ppl_vae.recipes.decomposition import DecompositionConfig, build
 from ppl_vae.train import TrainConfig
-from ppl_vae.viz import _save, plt
+from ppl_vae.viz import plt, save_figure
 
 GRID = [(0.0, b) for b in (0.01, 0.5, 1.0, 1.2)] + [(a, 0.0) for a in (1.0, 3.0, 5.0, 8.0)]
 
@@ -59,7 +59,7 @@ def _grid_figure(densities: dict, path) -> None:
         ax.set_title(f"alpha={alpha:g}, beta={beta:g}", fontsize=9)
         ax.set_xticks([]), ax.set_yticks([])
     fig.suptitle("q(z) on pinwheel, mixture-of-4 prior (cf. Mathieu et al. 2019, Fig. 3)")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

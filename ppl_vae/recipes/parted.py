@@ -23,7 +23,7 @@ from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.base import Experiment, Recipe
 from ppl_vae.recipes.common import TrainingData, load_training_data
 from ppl_vae.train import TrainConfig
-from ppl_vae.viz import _save, plt, save_image_grid, save_reconstructions, save_traversals
+from ppl_vae.viz import plt, save_figure, save_image_grid, save_reconstructions, save_traversals
 
 DATASETS = ("dsprites", "mnist")
 NETWORKS = ("conv", "mlp")
@@ -310,7 +310,7 @@ def _save_class_priors(model: PartedVAE, path: Path) -> Path:
         ax.set_title(f"class priors p(u{i} | c{i})")
         if loc.shape[1] == 1:
             ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def demo() -> PartedConfig:
