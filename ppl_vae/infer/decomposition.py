@@ -80,12 +80,12 @@ def _diagonal_normal(fn: dist.Distribution, name: str) -> tuple[torch.Tensor, to
     return base.loc, base.scale
 
 
-def _prior_draws(prior: dist.Distribution) -> tuple[torch.Tensor, torch.Tensor]:
-    """One draw of the model's prior site per data point, and its log-density: ``(B, D)``,
-    ``(B,)``. Reparameterised when the prior allows it, so that the divergence's gradient
-    reaches learned prior parameters through the samples."""
+def _prior_draws(prior: dist.Distribution) -> torch.Tensor:
+    """One draw of the model's prior site per data point ``(B, D)``, reparameterised when the
+    prior allows it, so that the divergence's gradient reaches learned prior parameters
+    through the samples."""
     z = prior.rsample() if prior.has_rsample else prior.sample()
-    return z.reshape(-1, z.shape[-1]), prior.log_prob(z).reshape(-1)
+    return z.reshape(-1, z.shape[-1])
 
 
 class DecompositionELBO(MeanFieldELBO):
@@ -226,10 +226,11 @@ class DecompositionELBO(MeanFieldELBO):
         return weight.site["fn"].batch_shape.numel() * weight.unweighted_scale
 
     def _divergence(self, guide_site: dict[str, Any], prior: dist.Distribution, guide: Callable) -> torch.Tensor:
-        prior_z, prior_log_prob = _prior_draws(prior)
+        prior_z = _prior_draws(prior)
         if self.divergence == "mmd":
             posterior_z = guide_site["value"].reshape(-1, prior_z.shape[-1])
             return mmd_dimensionwise(all_gather(posterior_z), all_gather(prior_z), self.length_scales)
+        prior_log_prob = prior.log_prob(prior_z.reshape(prior.shape())).reshape(-1)
         if self.aggregate_data is None:
             loc, scale = _diagonal_normal(guide_site["fn"], self.latent)
             loc, scale = all_gather(loc.reshape(-1, loc.shape[-1])), all_gather(scale.reshape(-1, scale.shape[-1]))
