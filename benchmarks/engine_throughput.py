@@ -7,9 +7,10 @@ KL, Adam) on dSprites images, trained
 - ``svi``: a plain ``pyro.infer.SVI`` loop with ``TraceMeanField_ELBO`` and ``pyro.optim.Adam``;
 - ``engine``: ``ppl_vae.fit`` (Lightning, torch Adam, device-resident batches).
 
-The three are measured in rounds, alternated in one process (torch, svi, engine, torch, ...),
-each round timing ``--steps`` iterations after ``--warmup``; per-step medians and min/max
-over rounds are printed and written as JSON.
+The three are interleaved step by step in one process (engine, torch, svi, engine, ...,
+``overhead.InterleavedTimer``), each round timing ``--steps`` steps after ``--warmup``;
+the medians over rounds of each round's median (with min/max) and the paired ratio (median
+over all timed steps of ``loop_i / torch_i``) are printed and written as JSON.
 
     python benchmarks/engine_throughput.py                 # 2-core CPU figures for the README
     python benchmarks/engine_throughput.py --quick         # seconds, for CI (checks the harness)
@@ -22,7 +23,7 @@ import os
 import platform
 import statistics
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyro
@@ -33,7 +34,7 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dsprites_render import time_render  # noqa: E402
-from overhead import IterationTimer  # noqa: E402
+from overhead import InterleavedTimer, own_param_store, paired_ratios  # noqa: E402
 
 from ppl_vae import fit  # noqa: E402
 from ppl_vae.data import DSprites  # noqa: E402
@@ -48,8 +49,8 @@ def make_vae(latent_dim: int, seed: int) -> VAE:
     return VAE(ConvEncoder(64), ConvDecoder(latent_dim, 64), latent_dim)
 
 
-def time_torch(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim: int) -> float:
-    """Seconds per step of a hand-written loop on the same networks and loss."""
+def torch_loop(x: torch.Tensor, batch: int, latent_dim: int) -> Callable[[], None]:
+    """One step of a hand-written loop on the same networks and loss."""
     vae = make_vae(latent_dim, 0)
     optimizer = torch.optim.Adam(vae.parameters(), lr=5e-4, foreach=True)
     generator = torch.Generator().manual_seed(0)
@@ -65,32 +66,29 @@ def time_torch(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim:
         (recon + kl).backward()
         optimizer.step()
 
-    for _ in range(warmup):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return (time.perf_counter() - start) / steps
+    return step
 
 
-def time_svi(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim: int) -> float:
-    """Seconds per step of a plain SVI loop (validation off, as in training)."""
-    pyro.clear_param_store()
+def svi_loop(x: torch.Tensor, batch: int, latent_dim: int) -> Callable[[], None]:
+    """One step of a plain SVI loop (validation off, as in training), with a param store of
+    its own (the engine's model registers the same names)."""
+    contents: tuple[dict, dict, dict] = ({}, {}, {})
     vae = make_vae(latent_dim, 0)
     svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 5e-4}), TraceMeanField_ELBO())
     generator = torch.Generator().manual_seed(0)
-    with pyro.validation_enabled(False):
-        for _ in range(warmup):
+
+    def step() -> None:
+        with pyro.validation_enabled(False), own_param_store(contents):
             svi.step(x[torch.randint(len(x), (batch,), generator=generator)].float())
-        start = time.perf_counter()
-        for _ in range(steps):
-            svi.step(x[torch.randint(len(x), (batch,), generator=generator)].float())
-    return (time.perf_counter() - start) / steps
+
+    return step
 
 
-def time_engine(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim: int) -> float:
-    """Seconds per step of ``ppl_vae.fit`` (Lightning start-up excluded)."""
-    timer = IterationTimer(warmup)
+def measure_round(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim: int) -> dict[str, list[float]]:
+    """Seconds of each timed step of the three loops, interleaved step by step inside the
+    engine's run (``overhead.InterleavedTimer``: engine, torch, svi, engine, ...)."""
+    pyro.clear_param_store()
+    timer = InterleavedTimer({"torch": torch_loop(x, batch, latent_dim), "svi": svi_loop(x, batch, latent_dim)}, warmup)
     fit(
         make_vae(latent_dim, 0),
         TraceMeanField_ELBO(),
@@ -102,7 +100,8 @@ def time_engine(x: torch.Tensor, batch: int, steps: int, warmup: int, latent_dim
         log_every_n_steps=max(steps, 1),
         callbacks=[timer],
     )
-    return timer.seconds_per_iteration
+    pyro.clear_param_store()
+    return {name: timer.seconds[name] for name in ("torch", "svi", "engine")}
 
 
 def main() -> None:
@@ -130,18 +129,18 @@ def main() -> None:
     )
     x = DSprites().tensors(torch.randint(737_280, (4096,), generator=torch.Generator().manual_seed(0)), dtype=torch.bool)["x"]
     latent_dim = 10
-    runners = {"torch": time_torch, "svi": time_svi, "engine": time_engine}
-    per_step: dict[str, list[float]] = {name: [] for name in runners}
+    per_round = []
     for round_index in range(args.rounds):
-        for name, runner in runners.items():
-            seconds = runner(x, args.batch_size, args.steps, args.warmup, latent_dim)
-            per_step[name].append(seconds)
-            print(f"round {round_index + 1}/{args.rounds} {name:6s}: {1000 * seconds:7.1f} ms/step", flush=True)
+        per_round.append(measure_round(x, args.batch_size, args.steps, args.warmup, latent_dim))
+        line = ", ".join(f"{name} {1000 * statistics.median(v):.1f}" for name, v in per_round[-1].items())
+        print(f"round {round_index + 1}/{args.rounds} (median ms/step): {line}", flush=True)
+    per_step = {name: [statistics.median(seconds[name]) for seconds in per_round] for name in per_round[0]}
+    paired = paired_ratios(per_round, "torch")
 
     base = statistics.median(per_step["torch"])
     rows = {}
     print(f"\nbatch {args.batch_size}, {args.threads} threads, {args.rounds} rounds x {args.steps} steps")
-    print(f"{'loop':8s} {'median ms/step':>15s} {'min':>8s} {'max':>8s} {'images/s':>10s} {'vs torch':>9s}")
+    print(f"{'loop':8s} {'median ms/step':>15s} {'min':>8s} {'max':>8s} {'images/s':>10s} {'vs torch':>9s} {'paired':>7s}")
     for name, values in per_step.items():
         median = statistics.median(values)
         rows[name] = {
@@ -150,10 +149,11 @@ def main() -> None:
             "max_seconds_per_step": max(values),
             "images_per_second": args.batch_size / median,
             "ratio_to_torch": median / base,
+            "paired_ratio_to_torch": paired[name],
         }
         print(
             f"{name:8s} {1000 * median:15.1f} {1000 * min(values):8.1f} {1000 * max(values):8.1f} "
-            f"{args.batch_size / median:10.0f} {median / base:9.3f}"
+            f"{args.batch_size / median:10.0f} {median / base:9.3f} {paired[name]:7.3f}"
         )
     payload = {
         "render": render,

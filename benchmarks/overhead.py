@@ -546,8 +546,9 @@ class IterationTimer(L.Callback):
         return (self.end - self.start) / self.count if self.count else float("nan")
 
 
-def _fit(workload: Workload, steps: int, device: str, callback: L.Callback) -> None:
-    """``ppl_vae.fit`` of fresh networks for ``steps`` iterations, data resident on ``device``."""
+def _fit(workload: Workload, steps: int, device: str, callback: L.Callback, **settings: Any) -> None:
+    """``ppl_vae.fit`` of fresh networks for ``steps`` iterations, data resident on ``device``
+    (``settings``: more :class:`~ppl_vae.train.TrainConfig` fields, e.g. ``precision``)."""
     pyro.clear_param_store()
     model, objective = workload.build()
     first, *others = workload.batch_sizes.items()
@@ -563,15 +564,16 @@ def _fit(workload: Workload, steps: int, device: str, callback: L.Callback) -> N
         data_on_device=True,
         progress_bar=False,
         callbacks=[callback],
+        **settings,
     )
     pyro.clear_param_store()
 
 
-def time_engine(workload: Workload, steps: int, warmup: int, device: str = "cpu") -> float:
+def time_engine(workload: Workload, steps: int, warmup: int, device: str = "cpu", **settings: Any) -> float:
     """Seconds per iteration of ``ppl_vae.fit`` on ``device`` with the data resident there
-    (``data_on_device=True``; Lightning start-up excluded)."""
+    (``data_on_device=True``; Lightning start-up excluded; ``settings`` as for :func:`_fit`)."""
     timer = IterationTimer(warmup)
-    _fit(workload, warmup + steps, device, timer)
+    _fit(workload, warmup + steps, device, timer, **settings)
     return timer.seconds_per_iteration
 
 

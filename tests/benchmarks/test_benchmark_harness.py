@@ -97,6 +97,7 @@ def test_engine_throughput_compares_three_loops(tmp_path):
     )
     assert set(result["throughput"]) == {"torch", "svi", "engine"}
     assert result["throughput"]["torch"]["ratio_to_torch"] == pytest.approx(1.0)
+    assert result["throughput"]["torch"]["paired_ratio_to_torch"] == pytest.approx(1.0)
     assert result["render"]["images"] > 0
 
 
@@ -110,3 +111,15 @@ def test_factor_score_memory_reports_every_configuration(tmp_path):
     assert len(result["rows"]) == 3
     for row in result["rows"]:
         assert row["images_encoded"] > 0 and 0.0 <= row["score"] <= 1.0
+
+
+def test_precision_times_both_precisions_against_the_floor_and_the_authors(tmp_path):
+    result = run_benchmark("precision.py", tmp_path / "precision.json", "--quick", "--quality-steps", "2")
+    assert set(result["models"]) == {"decomposition", "parted"}
+    assert set(result["models"]["decomposition"]["loops"]) == {"torch", "engine", "engine_bf16"}
+    assert set(result["models"]["parted"]["loops"]) == {"torch", "engine", "engine_bf16", "authors"}
+    for model in result["models"].values():
+        for row in model["loops"].values():
+            assert_timing_row(row)
+    assert isinstance(result["machine"]["cpu_bf16_flags"], list)
+    assert set(result["quality"]["held_out_loss_per_image"]) == {"32-true", "bf16-mixed"}
