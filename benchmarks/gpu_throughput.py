@@ -4,12 +4,14 @@ dSprites 64x64 (the whole set by default, stored as bool and resident on the GPU
 engine's ``data_on_device=True``, no DataLoader, no host-to-device copies), batch 64 and 512,
 the workloads of :mod:`overhead`: DecompositionVAE with the MMD term, PartedVAE with the
 authors' dSprites settings and its classifier step on a labelled set of 0.5% of dSprites.
-Two loops are alternated per setting, as in :mod:`overhead`:
+Three loops are alternated per setting:
 
 - ``engine``: ``ppl_vae.fit(..., device="cuda", data_on_device=True)`` with a timing callback
   that synchronises the device at the first timed batch and at the last;
-- ``torch``: the hand-written PyTorch iteration of :mod:`overhead` with the same networks and
-  losses, data on the GPU (the floor).
+- ``engine_bf16``: the same with ``precision="bf16-mixed"`` (networks in bfloat16, losses in
+  float32);
+- ``torch``: the hand-written float32 PyTorch iteration of :mod:`overhead` with the same
+  networks and losses, data on the GPU (the floor).
 
 Throughput counts the images of the ELBO's batch (PartedVAE's labelled batch is extra work
 per iteration), so ``epoch_seconds`` = 737,280 / images per second is the time of one pass
@@ -72,9 +74,10 @@ def build_workloads(batch_size: int, images: torch.Tensor, labelled: dict[str, t
 
 
 def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: str) -> dict[str, dict]:
-    """Seconds per iteration of ``engine`` and ``torch``, alternated ``rounds`` times."""
+    """Seconds per iteration of ``engine``, ``engine_bf16`` and ``torch``, alternated ``rounds`` times."""
     loops = {
         "engine": lambda: time_engine(workload, steps, warmup, device=device),
+        "engine_bf16": lambda: time_engine(workload, steps, warmup, device=device, precision="bf16-mixed"),
         "torch": lambda: time_hand_written(workload, steps, warmup, device=device),
     }
     seconds: dict[str, list[float]] = {name: [] for name in loops}
@@ -83,7 +86,7 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: st
             seconds[name].append(run())
             print(
                 f"  {workload.name} batch {workload.batch_sizes['x']} round {index + 1}/{rounds} "
-                f"{name:6s}: {1000 * seconds[name][-1]:8.2f} ms/iteration",
+                f"{name:11s}: {1000 * seconds[name][-1]:8.2f} ms/iteration",
                 flush=True,
             )
     batch = workload.batch_sizes["x"]
@@ -153,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             payload["rows"].append({"model": workload.name, "batch_size": batch_size, "loops": rows})
 
     print(f"\n{payload['machine'].get('gpu', args.device)}: {args.rounds} rounds x {args.steps} iterations")
-    print(f"{'model':14s} {'batch':>6s} {'loop':7s} {'median ms':>10s} {'images/s':>10s} {'epoch s':>8s} {'/torch':>7s}")
+    print(f"{'model':14s} {'batch':>6s} {'loop':11s} {'median ms':>10s} {'images/s':>10s} {'epoch s':>8s} {'/torch':>7s}")
     for row in payload["rows"]:
         for loop, figures in row["loops"].items():
             print(
-                f"{row['model']:14s} {row['batch_size']:6d} {loop:7s} {1000 * figures['median_seconds']:10.2f} "
+                f"{row['model']:14s} {row['batch_size']:6d} {loop:11s} {1000 * figures['median_seconds']:10.2f} "
                 f"{figures['images_per_second']:10.0f} {figures['epoch_seconds']:8.1f} "
                 f"{figures.get('ratio_to_torch', 1.0):7.3f}"
             )

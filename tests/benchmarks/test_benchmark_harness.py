@@ -75,7 +75,7 @@ def test_gpu_throughput_harness_measures_both_models_on_the_cpu(tmp_path):
     result = run_benchmark("gpu_throughput.py", tmp_path / "gpu_cpu.json", "--quick", "--device", "cpu")
     assert {(row["model"], row["batch_size"]) for row in result["rows"]} == {("parted", 8), ("decomposition", 8)}
     for row in result["rows"]:
-        assert set(row["loops"]) == {"engine", "torch"}
+        assert set(row["loops"]) == {"engine", "engine_bf16", "torch"}
         for loop in row["loops"].values():
             assert_timing_row(loop)
             assert loop["epoch_seconds"] == pytest.approx(737_280 / loop["images_per_second"])
