@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 import random
+import types
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
+from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
@@ -63,6 +66,32 @@ def adam_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
     return {"foreach": True}
 
 
+_PYRO_METHOD_CODE = pyro_method(lambda self: None).__code__
+
+
+def without_param_registration(model: nn.Module, name: str) -> Callable:
+    """``model.<name>`` (``"model"`` or ``"guide"``), run without Pyro's parameter registration
+    when leaving it out changes nothing but speed.
+
+    A :func:`~pyro.nn.pyro_method` of a :class:`~pyro.nn.PyroModule` registers the parameters of
+    a plain ``nn.Module`` child with Pyro's param store every time the method reads the child
+    (one ``pyro.param`` message per parameter tensor, on every step). The engine's optimisers
+    own ``model.parameters()`` and never read the store, so for a model without
+    ``PyroParam``/``PyroSample`` attributes (which need Pyro's module context to exist at all)
+    the engine calls the undecorated method: the same computation, the same sample sites,
+    without the registration. Otherwise, and for anything that is not a ``pyro_method``, the
+    bound method is returned unchanged.
+    """
+    bound = getattr(model, name)
+    function = getattr(type(model), name, None)
+    if not isinstance(model, PyroModule) or getattr(function, "__code__", None) is not _PYRO_METHOD_CODE:
+        return bound
+    for module in model.modules():
+        if isinstance(module, PyroModule) and (module._pyro_params or module._pyro_samples):
+            return bound
+    return types.MethodType(function.__wrapped__, model)
+
+
 def architecture(module: nn.Module) -> dict[str, list[int]]:
     """Parameter and buffer names with their shapes: what a checkpoint must match."""
     return {name: list(t.shape) for name, t in module.state_dict().items()}
@@ -75,6 +104,9 @@ class SVIModule(L.LightningModule):
     step on every data group that no auxiliary step claims, then the ``"after"`` steps.
     Every step zeroes the gradients of its own optimiser's parameters before its backward
     pass and changes only those parameters.
+
+    ``model.model`` and ``model.guide`` are called without Pyro's per-step parameter
+    registration where that is safe (:func:`without_param_registration`).
 
     Per-term losses (the objective's ``terms`` plus each auxiliary loss) are summed on the
     device and averaged over ``log_every_n_steps`` iterations before they are read, so the
@@ -96,6 +128,8 @@ class SVIModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.model = model
+        self.model_fn = without_param_registration(model, "model")
+        self.guide_fn = without_param_registration(model, "guide")
         self.objective = objective
         self.config = config
         self.batches = batches
@@ -157,9 +191,7 @@ class SVIModule(L.LightningModule):
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "before":
                 self._auxiliary_step(step, optimizer, batch)
-        loss = self.objective.differentiable_loss(
-            self.model.model, self.model.guide, **self._kwargs(batch, self.elbo_groups)
-        )
+        loss = self.objective.differentiable_loss(self.model_fn, self.guide_fn, **self._kwargs(batch, self.elbo_groups))
         for name, value in objective_terms(self.objective).items():
             self._accumulate(name, value)
         self._take_step(elbo_optimizer, loss, "elbo")

@@ -242,3 +242,45 @@ def test_adam_is_fused_on_cuda_parameters_and_foreach_elsewhere():
     assert adam_implementation([*on_gpu, torch.zeros(2)]) == {"foreach": True}
     optimizer = torch.optim.Adam([torch.zeros(2, requires_grad=True)], **adam_implementation([torch.zeros(2)]))
     assert optimizer.defaults["foreach"] is True
+
+
+def test_engine_calls_model_and_guide_without_per_step_param_registration():
+    from pyro import poutine
+    from pyro.nn import PyroModule, PyroSample
+
+    from ppl_vae.train.module import without_param_registration
+
+    vae = small_vae()
+    x = torch.randn(4, 8)
+    traces = {}
+    for label, guide in (("registered", vae.guide), ("unregistered", without_param_registration(vae, "guide"))):
+        pyro.set_rng_seed(0)
+        traces[label] = poutine.trace(guide).get_trace(x)
+    registered, unregistered = traces["registered"].nodes, traces["unregistered"].nodes
+    assert any(site["type"] == "param" for site in registered.values())
+    assert not any(site["type"] == "param" for site in unregistered.values())
+    assert torch.equal(registered["z"]["value"], unregistered["z"]["value"])
+
+    class WithPyroSample(PyroModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = PyroSample(dist.Normal(0.0, 1.0))
+
+        @pyro.nn.pyro_method
+        def model(self) -> torch.Tensor:
+            return self.w
+
+    needs_context = WithPyroSample()
+    assert without_param_registration(needs_context, "model") == needs_context.model
+    plain = type("Plain", (), {"model": lambda self: None})()
+    assert without_param_registration(plain, "model") == plain.model
+
+
+def test_training_without_param_registration_gives_the_registered_result(data, monkeypatch):
+    import ppl_vae.train.module as engine
+
+    unregistered = fit(small_vae(), TraceMeanField_ELBO(), data, steps=6, **FAST).model
+    monkeypatch.setattr(engine, "without_param_registration", getattr)
+    registered = fit(small_vae(), TraceMeanField_ELBO(), data, steps=6, **FAST).model
+    for (name, ours), (_, reference) in zip(unregistered.named_parameters(), registered.named_parameters(), strict=True):
+        assert torch.equal(ours, reference), name
