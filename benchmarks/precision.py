@@ -13,8 +13,11 @@ its classifier step on 3,686 labelled images, 0.5% of dSprites), at batch 64:
 
 bfloat16 pays where the CPU has bfloat16 matrix units (AMX, AVX512-BF16; this script
 records the CPU flags it found) or on a recent GPU; elsewhere it can be slower than float32.
-The loops are timed in rounds, alternated in one process (torch, engine, engine_bf16,
-[authors,] torch, ...), each round timing ``--steps`` iterations after ``--warmup``.
+Each round runs the engine twice, once per precision, and interleaves the float32 floor
+(and the authors' iteration) with it iteration by iteration (``overhead.InterleavedTimer``);
+each engine loop's paired ratio (median over iterations of ``engine_i / torch_i``) is taken
+against the floor iterations of its own run (``torch_bf16``/``authors_bf16`` are the floor
+and the authors' loop timed inside the bf16 run: the same float32 loops, other iterations).
 
 With ``--quality-steps N`` the script also trains the DecompositionVAE N steps in each
 precision from the same seed and scores both on the same 1,024 held-out dSprites images
@@ -31,6 +34,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -42,15 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import (  # noqa: E402
     DSPRITES_IMAGES,
     SHAPE,
+    InterleavedTimer,
     Workload,
-    _time_steps,
+    _fit,
     authors_loop,
     decomposition_workload,
     dsprites_images,
+    hand_written_loop,
     parted_workload,
     summarise,
-    time_engine,
-    time_hand_written,
 )
 
 from ppl_vae import fit  # noqa: E402
@@ -66,6 +70,22 @@ def cpu_bf16_flags() -> list[str]:
     except OSError:
         return []
     return sorted(set(flags) & set(BF16_CPU_FLAGS))
+
+
+def measure_round(workload: Workload, steps: int, warmup: int) -> dict[str, list[float]]:
+    """Seconds of every timed iteration of one round: two engine runs, one per precision, each
+    with the float32 floor (and the authors' iteration) interleaved iteration by iteration
+    (``overhead.InterleavedTimer``); the loops timed inside the bf16 run are named ``*_bf16``."""
+    seconds: dict[str, list[float]] = {}
+    for precision, suffix in (("32-true", ""), ("bf16-mixed", "_bf16")):
+        others = {"torch": hand_written_loop(workload)}
+        if workload.authors is not None:
+            others["authors"] = authors_loop(workload)
+        timer = InterleavedTimer(others, warmup)
+        _fit(workload, warmup + steps, "cpu", timer, precision=precision)
+        for name, values in timer.seconds.items():
+            seconds[name + suffix] = values
+    return seconds
 
 
 def held_out_loss_by_precision(workload: Workload, steps: int, held_out: int = 1024, draws: int = 5) -> dict[str, float]:
@@ -113,32 +133,40 @@ def main(argv: list[str] | None = None) -> int:
     ]
     results = {}
     for workload in workloads:
-        loops = {
-            "torch": lambda w=workload: time_hand_written(w, args.steps, args.warmup),
-            "engine": lambda w=workload: time_engine(w, args.steps, args.warmup),
-            "engine_bf16": lambda w=workload: time_engine(w, args.steps, args.warmup, precision="bf16-mixed"),
+        per_round = [measure_round(workload, args.steps, args.warmup) for _ in range(args.rounds)]
+        for index, seconds in enumerate(per_round):
+            line = ", ".join(f"{name} {1000 * statistics.median(values):.1f}" for name, values in seconds.items())
+            print(f"  {workload.name} round {index + 1}/{args.rounds} (median ms/iteration): {line}", flush=True)
+        main_loops = [name for name in ("torch", "engine", "engine_bf16", "authors") if name in per_round[0]]
+        medians = {name: [statistics.median(seconds[name]) for seconds in per_round] for name in main_loops}
+        rows = summarise(medians, sum(workload.batch_sizes.values()))
+        for name in main_loops:
+            suffix = "_bf16" if name == "engine_bf16" else ""
+            for reference in ("torch", "authors"):
+                if reference in per_round[0]:
+                    rows[name][f"paired_ratio_to_{reference}"] = statistics.median(
+                        a / b
+                        for seconds in per_round
+                        for a, b in zip(seconds[name], seconds[reference + suffix], strict=True)
+                    )
+        results[workload.name] = {
+            "loops": rows,
+            "batch_sizes": workload.batch_sizes,
+            "floor_in_bf16_run_median_seconds": statistics.median(
+                statistics.median(seconds["torch_bf16"]) for seconds in per_round
+            ),
         }
-        if workload.authors is not None:
-            loops["authors"] = lambda w=workload: _time_steps(authors_loop(w), args.steps, args.warmup)
-        seconds: dict[str, list[float]] = {name: [] for name in loops}
-        for index in range(args.rounds):
-            for name, loop in loops.items():
-                seconds[name].append(loop())
-            line = ", ".join(f"{name} {1000 * values[-1]:.1f}" for name, values in seconds.items())
-            print(f"  {workload.name} round {index + 1}/{args.rounds} (ms/iteration): {line}", flush=True)
-        results[workload.name] = {"loops": summarise(seconds, sum(workload.batch_sizes.values())),
-                                  "batch_sizes": workload.batch_sizes}
 
     quality = held_out_loss_by_precision(workloads[0], args.quality_steps) if args.quality_steps else {}
 
     print(f"\n{args.threads} thread(s), {args.rounds} rounds x {args.steps} iterations; CPU bf16 flags: {cpu_bf16_flags()}")
     for name, result in results.items():
         print(f"\n{name} (batch {result['batch_sizes']})")
-        print(f"  {'loop':12s} {'median ms':>10s} {'img/s':>8s} {'/torch':>7s} {'/authors':>9s}")
+        print(f"  {'loop':12s} {'median ms':>10s} {'img/s':>8s} {'/torch':>7s} {'/authors':>9s}  (paired)")
         for loop, row in result["loops"].items():
-            authors = f"{row['ratio_to_authors']:9.3f}" if "ratio_to_authors" in row else ""
+            authors = f"{row['paired_ratio_to_authors']:9.3f}" if "paired_ratio_to_authors" in row else ""
             print(f"  {loop:12s} {1000 * row['median_seconds']:10.1f} {row['images_per_second']:8.0f} "
-                  f"{row['ratio_to_torch']:7.3f} {authors}")
+                  f"{row['paired_ratio_to_torch']:7.3f} {authors}")
     if quality:
         print(f"\nDecompositionVAE after {args.quality_steps} steps, float32 loss per held-out image: "
               + ", ".join(f"{name} {value:.2f}" for name, value in quality.items()))
