@@ -39,7 +39,7 @@ of the per-round median seconds per iteration (with min/max over rounds), its ra
 hand-written loop's, and the *paired* ratio, the median over all timed iterations of
 ``loop_i / torch_i`` (and, for PartedVAE, ``/ authors_i``).
 
-    python benchmarks/overhead.py --threads 1            # the figures of docs/performance.md
+    python benchmarks/overhead.py --threads 1 --rounds 5 --steps 30   # docs/performance.md (see there per model)
     python benchmarks/overhead.py --quick --json out.json  # seconds: checks the harness, not speed
 """
 from __future__ import annotations
