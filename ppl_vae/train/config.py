@@ -33,7 +33,8 @@ class TrainConfig:
         linear and convolution layers run in bfloat16 under ``torch.autocast`` (CPUs with
         AMX or AVX512-BF16, recent GPUs), while parameters, optimiser state, every
         distribution and every loss term stay float32 (the models cast their networks'
-        outputs at the boundary, :mod:`ppl_vae.nn`).
+        outputs at the boundary, :mod:`ppl_vae.nn`). :func:`~ppl_vae.fit` warns where the
+        device has no native bfloat16 (it would be emulated, and slower than float32).
     :param validate: Pyro's argument validation (slower; on in tests, off in training).
     :param progress_bar: Lightning's progress bar.
     :param batch_sizes: per data-group batch sizes, e.g. ``{"labelled": 64}``.

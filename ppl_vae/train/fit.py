@@ -61,6 +61,25 @@ def _accelerator(device: str) -> str:
     return "cpu"
 
 
+def _warn_if_bf16_is_slow(config: TrainConfig) -> None:
+    """bf16-mixed pays on CPUs with bfloat16 instructions (AVX512-BF16, AMX) and on GPUs that
+    support it; elsewhere bfloat16 is emulated and usually slower than float32."""
+    if config.precision != "bf16-mixed":
+        return
+    if _accelerator(config.device) == "gpu":
+        supported = torch.cuda.is_bf16_supported()
+    else:
+        check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+        supported = check is None or check()
+    if not supported:
+        where = "GPU without bfloat16 support" if _accelerator(config.device) == "gpu" else "CPU without AVX512-BF16"
+        warnings.warn(
+            f"precision='bf16-mixed' on a {where}: bfloat16 is emulated there and usually slower "
+            "than precision='32-true'",
+            stacklevel=3,
+        )
+
+
 def _check_resumable(checkpoint_path: Path, module: SVIModule) -> None:
     checkpoint = read_checkpoint(checkpoint_path)
     state = checkpoint.get("ppl_vae")
@@ -136,6 +155,7 @@ def fit(
             raise TypeError(f"model must have a callable {name}() method; got {type(model).__name__}")
     if not hasattr(objective, "differentiable_loss"):
         raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
+    _warn_if_bf16_is_slow(config)
     L.seed_everything(config.seed, workers=False, verbose=False)
     batches = TensorBatches(
         as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes

@@ -87,3 +87,10 @@ def test_engine_trains_in_bf16_mixed_with_float32_parameters(name):
 def test_unknown_precision_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match=r"precision must be one of \('32-true', 'bf16-mixed'\), got '16-mixed'"):
         TrainConfig(precision="16-mixed")
+
+
+def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch):
+    model, objective, data = MODELS["decomposition"]()
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    with pytest.warns(UserWarning, match="emulated there and usually slower"):
+        fit(model, objective, data, steps=1, batch_size=8, precision="bf16-mixed", progress_bar=False)
