@@ -177,9 +177,16 @@ class PartedELBO(MeanFieldELBO):
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The cross-entropy step on the labelled group, before each ELBO step, updating only
-        ``model.classifier_parameters()`` (none when ``labelled_group`` is ``None``)."""
+        ``model.classifier_parameters()`` (none when ``labelled_group`` is ``None``); the
+        engine checks the whole labelled set's labels once before training."""
         if self.labelled_group is None:
             return []
+
+        def check_labelled_set(group: dict[str, torch.Tensor]) -> None:
+            if "y" not in group:
+                raise ValueError(f"data group {self.labelled_group!r} needs labels 'y', got keys {sorted(group)}")
+            model.check_labels(group["y"].cpu(), group["y"].shape[0])
+
         return [
             AuxiliaryStep(
                 name="classifier",
@@ -188,6 +195,7 @@ class PartedELBO(MeanFieldELBO):
                 data_group=self.labelled_group,
                 when="before",
                 lr=self.classifier_lr,
+                check_data=check_labelled_set,
             )
         ]
 

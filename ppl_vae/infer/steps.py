@@ -27,6 +27,9 @@ class AuxiliaryStep:
         ``"labelled"``), or ``None`` for the ELBO's own batch.
     :param when: ``"before"`` or ``"after"`` the ELBO step in each iteration.
     :param lr: its learning rate; ``None`` takes the engine's.
+    :param check_data: called once by the engine, before training, with the whole
+        ``data_group`` (``{key: tensor (N, ...)}``, still on the host); raises on data the step
+        cannot use, so that per-batch checks need not read values back from a GPU.
     """
 
     name: str
@@ -35,6 +38,7 @@ class AuxiliaryStep:
     data_group: str | None = None
     when: Literal["before", "after"] = "before"
     lr: float | None = None
+    check_data: Callable[[dict[str, torch.Tensor]], None] | None = None
 
     def __post_init__(self) -> None:
         if self.when not in ("before", "after"):

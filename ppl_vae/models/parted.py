@@ -34,6 +34,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
+from pyro.infer.util import is_validation_enabled
 from pyro.nn import PyroModule, pyro_method
 from torch import nn
 from torch.nn import functional as F
@@ -238,6 +239,11 @@ class PartedVAE(PyroModule):
     def check_labels(self, y: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Labels as an int64 ``(B, V)`` tensor; ``y`` is ``(B,)`` for one variable or ``(B, V)``.
 
+        The values are checked against [0, L_i) when ``y`` is on the CPU or Pyro's validation
+        is on: on a GPU that check reads the labels back to the host, a pipeline stall on every
+        step, so training there relies on the engine's one check of the whole labelled set
+        before training (:meth:`~ppl_vae.infer.PartedELBO.auxiliary_steps`).
+
         :raises ValueError: on a wrong shape, a non-integer dtype or a value outside [0, L_i).
         """
         if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
@@ -250,6 +256,8 @@ class PartedVAE(PyroModule):
             raise ValueError(
                 f"y must have shape {expected}({batch_size}, {self.num_variables}), got {tuple(y.shape)}"
             )
+        if y.device.type != "cpu" and not is_validation_enabled():
+            return y.long()
         for i, size in enumerate(self.num_classes):
             if y.numel() and (y[:, i].min() < 0 or y[:, i].max() >= size):
                 raise ValueError(

@@ -142,6 +142,9 @@ class SVIModule(L.LightningModule):
                 f"the objective's auxiliary steps need data groups {sorted(unknown)}, "
                 f"but data has only {sorted(batches.groups)}"
             )
+        for step in self.steps:
+            if step.check_data is not None and step.data_group is not None:
+                step.check_data(batches.groups[step.data_group])
         self.elbo_groups = [g for g in batches.groups if g not in claimed]
         if not self.elbo_groups:
             raise ValueError("no data group is left for the ELBO step")

@@ -281,3 +281,26 @@ def test_bad_objective_settings_raise_naming_the_argument(kwargs, name):
 def test_bad_labels_in_the_classifier_step_raise(y, match):
     with pytest.raises(ValueError, match=match):
         classification_loss(small_model(), binary_data(4), y)
+
+
+def test_engine_checks_the_whole_labelled_set_once_before_training():
+    x = binary_data(32)
+    bad = torch.zeros(16, dtype=torch.long)
+    bad[11] = 7
+    with pytest.raises(ValueError, match=r"y\[:, 0\] must hold class indices in \[0, 3\), got values in \[0, 7\]"):
+        ppl_vae.fit(small_model(), elbo(), {"x": x, "labelled": {"x": x[:16], "y": bad}}, steps=2, batch_size=4,
+                    progress_bar=False)
+    with pytest.raises(ValueError, match="data group 'labelled' needs labels 'y'"):
+        ppl_vae.fit(small_model(), elbo(), {"x": x, "labelled": {"x": x[:16]}}, steps=2, batch_size=4,
+                    progress_bar=False)
+
+
+def test_labels_on_a_device_are_not_read_back_per_batch_without_validation():
+    """On a GPU the range check would stall every step; the engine checks the set once instead.
+    A meta tensor stands for a device tensor: reading its values back raises."""
+    model = small_model()
+    y = torch.zeros(4, dtype=torch.long, device="meta")
+    with pyro.validation_enabled(False):
+        assert model.check_labels(y, 4).shape == (4, 1)
+    with pyro.validation_enabled(True), pytest.raises(RuntimeError):
+        model.check_labels(y, 4)
