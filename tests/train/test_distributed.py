@@ -10,6 +10,7 @@ objectives agree to floating-point rounding, not merely in expectation.
 import json
 import os
 import socket
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -294,3 +295,76 @@ def test_sweep_gathers_every_run_into_one_table(tmp_path):
     csv_lines = (tmp_path / "sweep.csv").read_text().splitlines()
     assert len(csv_lines) == 3 and "elbo_per_point" in csv_lines[0]
     assert "elbo_per_point" in done.stdout
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _resume_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None) -> None:
+    """Two-process contrastive training to 6 steps; with ``interrupt_at`` both processes stop
+    after that iteration (the checkpoint of step 3 written) and the run is resumed."""
+    import lightning as L
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), NODE_RANK="0",
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from ppl_vae import fit
+    from ppl_vae.train import read_checkpoint
+
+    class InterruptAt(L.Callback):
+        def on_train_batch_end(self, trainer, module, *args) -> None:
+            if module.iteration == interrupt_at:
+                raise _Interrupted
+
+    class CountIterations(L.Callback):
+        count = 0
+
+        def on_train_batch_end(self, trainer, module, *args) -> None:
+            self.count += 1
+
+    data = global_data()
+    data = {"target": data["target"], "background": data["background"]}
+    settings = dict(steps=6, batch_size=4, lr=1e-2, log_every_n_steps=3, checkpoint_every_n_steps=3,
+                    progress_bar=False, devices=WORLD, strategy="ddp", run_dir=run_dir)
+    model, objective, _ = contrastive_case()
+    resumed_from = None
+    if interrupt_at is not None:
+        with pytest.raises(_Interrupted):
+            fit(model, objective, data, overwrite=True, callbacks=[InterruptAt()], **settings)
+        resumed_from = read_checkpoint(Path(run_dir) / "checkpoints" / "last.ckpt")["ppl_vae"]["iteration"]
+        model, objective, _ = contrastive_case()
+        counter = CountIterations()
+        result = fit(model, objective, data, resume=True, callbacks=[counter], **settings)
+        resumed_from = (resumed_from, counter.count)
+    else:
+        result = fit(model, objective, data, overwrite=True, **settings)
+    torch.save({
+        "resumed_from": resumed_from,
+        "steps": result.steps,
+        "model": {n: p.detach() for n, p in result.model.named_parameters()},
+        "discriminator": {n: p.detach() for n, p in objective.discriminator.named_parameters()},
+    }, Path(run_dir) / f"rank{rank}.pt")
+
+
+def _run_two_processes(worker, *args, timeout: float = 180.0) -> None:
+    context = mp.start_processes(worker, args=args, nprocs=WORLD, start_method="fork", join=False)
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the {WORLD} training processes did not finish within {timeout} s")
+
+
+def test_two_process_run_interrupted_mid_training_resumes_to_the_uninterrupted_result(tmp_path):
+    _run_two_processes(_resume_worker, _free_port(), str(tmp_path / "straight"), None)
+    _run_two_processes(_resume_worker, _free_port(), str(tmp_path / "resumed"), 4)
+    for rank in range(WORLD):
+        straight = torch.load(tmp_path / "straight" / f"rank{rank}.pt", weights_only=False)
+        resumed = torch.load(tmp_path / "resumed" / f"rank{rank}.pt", weights_only=False)
+        assert straight["steps"] == resumed["steps"] == 6
+        assert resumed["resumed_from"] == (3, 3)  # the checkpoint of step 3, then 3 more iterations
+        for part in ("model", "discriminator"):
+            for name, value in straight[part].items():
+                torch.testing.assert_close(resumed[part][name], value, rtol=0, atol=0)
