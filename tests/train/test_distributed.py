@@ -10,9 +10,9 @@ objectives agree to floating-point rounding, not merely in expectation.
 import json
 import os
 import socket
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
