@@ -19,12 +19,13 @@ each engine loop's paired ratio (median over iterations of ``engine_i / torch_i`
 against the floor iterations of its own run (``torch_bf16``/``authors_bf16`` are the floor
 and the authors' loop timed inside the bf16 run: the same float32 loops, other iterations).
 
-With ``--quality-steps N`` the script also trains the DecompositionVAE N steps in each
-precision from the same seed and scores both on the same 1,024 held-out dSprites images
-with the float32 objective (per image, mean over 5 draws): what bfloat16 networks cost in
-fit, at equal steps.
+With ``--quality-steps N`` the script also trains each model N steps in each precision from
+the same seed and scores both on the same 1,024 held-out dSprites images: the
+DecompositionVAE by its float32 objective per image (mean over 5 draws), the PartedVAE by
+the accuracy of its classifier q(c|x) on the shape factor (matched to the labels by the
+Hungarian assignment). What bfloat16 networks cost in fit, at equal steps.
 
-    python benchmarks/precision.py --threads 1 --quality-steps 1000   # the figures of docs/performance.md
+    python benchmarks/precision.py --threads 1 --rounds 3 --steps 20 --quality-steps 1000   # docs/performance.md
     python benchmarks/precision.py --quick --json out.json  # seconds: checks the harness
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import pyro
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -58,6 +60,7 @@ from overhead import (  # noqa: E402
 )
 
 from ppl_vae import fit  # noqa: E402
+from ppl_vae.metrics import clustering_accuracy  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "precision.json"
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -88,21 +91,43 @@ def measure_round(workload: Workload, steps: int, warmup: int) -> dict[str, list
     return seconds
 
 
-def held_out_loss_by_precision(workload: Workload, steps: int, held_out: int = 1024, draws: int = 5) -> dict[str, float]:
-    """The float32 objective per image on ``held_out`` unseen dSprites images after ``steps``
-    training steps in each precision, from the same seed and batches."""
-    x = dsprites_images(held_out, seed=7)["x"].float()
-    losses = {}
+def trained_by_precision(workload: Workload, steps: int) -> dict[str, tuple[nn.Module, object]]:
+    """``(model, objective)`` after ``steps`` training steps in each precision, from the same
+    seed and batches."""
+    trained = {}
     for precision in ("32-true", "bf16-mixed"):
         pyro.clear_param_store()
         model, objective = workload.build()
         first, *others = workload.batch_sizes.items()
         fit(model, objective, workload.data, steps=steps, batch_size=first[1], batch_sizes=dict(others),
             lr=workload.lr, precision=precision, progress_bar=False)
+        trained[precision] = (model, objective)
+    return trained
+
+
+def held_out_loss_by_precision(workload: Workload, steps: int, held_out: int = 1024, draws: int = 5) -> dict[str, float]:
+    """The float32 objective per image on ``held_out`` unseen dSprites images after ``steps``
+    training steps in each precision."""
+    x = dsprites_images(held_out, seed=7)["x"].float()
+    losses = {}
+    for precision, (model, objective) in trained_by_precision(workload, steps).items():
         pyro.set_rng_seed(0)
-        with pyro.validation_enabled(False):
+        with pyro.validation_enabled(False), torch.no_grad():
             losses[precision] = sum(objective.loss(model.model, model.guide, x=x) for _ in range(draws)) / draws / held_out
     return losses
+
+
+def held_out_accuracy_by_precision(workload: Workload, steps: int, held_out: int = 1024) -> dict[str, float]:
+    """Accuracy of the PartedVAE's q(c|x) on the shape of ``held_out`` unseen dSprites images
+    after ``steps`` training steps in each precision."""
+    images = dsprites_images(held_out, seed=7)
+    x, shape = images["x"].float(), images["factors"][:, SHAPE]
+    accuracies = {}
+    for precision, (model, _) in trained_by_precision(workload, steps).items():
+        with torch.no_grad():
+            predicted = model.classify(x)[0].argmax(-1)
+        accuracies[precision] = clustering_accuracy(predicted.numpy(), shape.numpy())
+    return accuracies
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
 
-    quality = held_out_loss_by_precision(workloads[0], args.quality_steps) if args.quality_steps else {}
+    quality: dict[str, dict[str, float]] = {}
+    if args.quality_steps:
+        quality["decomposition_held_out_loss_per_image"] = held_out_loss_by_precision(workloads[0], args.quality_steps)
+        quality["parted_held_out_shape_accuracy"] = held_out_accuracy_by_precision(workloads[1], args.quality_steps)
 
     print(f"\n{args.threads} thread(s), {args.rounds} rounds x {args.steps} iterations; CPU bf16 flags: {cpu_bf16_flags()}")
     for name, result in results.items():
@@ -167,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             authors = f"{row['paired_ratio_to_authors']:9.3f}" if "paired_ratio_to_authors" in row else ""
             print(f"  {loop:12s} {1000 * row['median_seconds']:10.1f} {row['images_per_second']:8.0f} "
                   f"{row['paired_ratio_to_torch']:7.3f} {authors}")
-    if quality:
-        print(f"\nDecompositionVAE after {args.quality_steps} steps, float32 loss per held-out image: "
-              + ", ".join(f"{name} {value:.2f}" for name, value in quality.items()))
+    for name, values in quality.items():
+        print(f"\nafter {args.quality_steps} steps, {name.replace('_', ' ')}: "
+              + ", ".join(f"{precision} {value:.4g}" for precision, value in values.items()))
     payload = {
         "models": results,
-        "quality": {"steps": args.quality_steps, "held_out_loss_per_image": quality},
+        "quality": {"steps": args.quality_steps, **quality},
         "settings": vars(args) | {"json": str(args.json)},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu_bf16_flags": cpu_bf16_flags(),
                     "torch": torch.__version__, "pyro": pyro.__version__, "load_average": os.getloadavg()},

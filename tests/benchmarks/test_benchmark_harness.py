@@ -122,4 +122,6 @@ def test_precision_times_both_precisions_against_the_floor_and_the_authors(tmp_p
         for row in model["loops"].values():
             assert_timing_row(row)
     assert isinstance(result["machine"]["cpu_bf16_flags"], list)
-    assert set(result["quality"]["held_out_loss_per_image"]) == {"32-true", "bf16-mixed"}
+    for name in ("decomposition_held_out_loss_per_image", "parted_held_out_shape_accuracy"):
+        assert set(result["quality"][name]) == {"32-true", "bf16-mixed"}
+    assert all(0 <= a <= 1 for a in result["quality"]["parted_held_out_shape_accuracy"].values())
