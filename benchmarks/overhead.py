@@ -55,7 +55,7 @@ import platform
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -546,9 +546,12 @@ class IterationTimer(L.Callback):
         return (self.end - self.start) / self.count if self.count else float("nan")
 
 
-def _fit(workload: Workload, steps: int, device: str, callback: L.Callback, **settings: Any) -> None:
+def fit_workload(
+    workload: Workload, steps: int, device: str = "cpu", callbacks: Sequence[L.Callback] = (), **settings: Any
+) -> tuple[nn.Module, Any]:
     """``ppl_vae.fit`` of fresh networks for ``steps`` iterations, data resident on ``device``
-    (``settings``: more :class:`~ppl_vae.train.TrainConfig` fields, e.g. ``precision``)."""
+    (``settings``: more :class:`~ppl_vae.train.TrainConfig` fields, e.g. ``precision``);
+    returns the trained ``(model, objective)``."""
     pyro.clear_param_store()
     model, objective = workload.build()
     first, *others = workload.batch_sizes.items()
@@ -563,17 +566,18 @@ def _fit(workload: Workload, steps: int, device: str, callback: L.Callback, **se
         device=device,
         data_on_device=True,
         progress_bar=False,
-        callbacks=[callback],
+        callbacks=list(callbacks),
         **settings,
     )
     pyro.clear_param_store()
+    return model, objective
 
 
 def time_engine(workload: Workload, steps: int, warmup: int, device: str = "cpu", **settings: Any) -> float:
     """Seconds per iteration of ``ppl_vae.fit`` on ``device`` with the data resident there
     (``data_on_device=True``; Lightning start-up excluded; ``settings`` as for :func:`_fit`)."""
     timer = IterationTimer(warmup)
-    _fit(workload, warmup + steps, device, timer, **settings)
+    fit_workload(workload, warmup + steps, device, [timer], **settings)
     return timer.seconds_per_iteration
 
 
@@ -620,7 +624,7 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> list[di
         if workload.authors is not None:
             others["authors"] = authors_loop(workload)
         timer = InterleavedTimer(others, warmup)
-        _fit(workload, warmup + steps, "cpu", timer)
+        fit_workload(workload, warmup + steps, "cpu", [timer])
         per_round.append({name: timer.seconds[name] for name in LOOP_ORDER if name in timer.seconds})
         line = ", ".join(f"{name} {1000 * statistics.median(values):.1f}" for name, values in per_round[-1].items())
         print(f"  {workload.name} round {index + 1}/{rounds} (median ms/iteration): {line}", flush=True)

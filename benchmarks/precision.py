@@ -50,16 +50,15 @@ from overhead import (  # noqa: E402
     SHAPE,
     InterleavedTimer,
     Workload,
-    _fit,
     authors_loop,
     decomposition_workload,
     dsprites_images,
+    fit_workload,
     hand_written_loop,
     parted_workload,
     summarise,
 )
 
-from ppl_vae import fit  # noqa: E402
 from ppl_vae.metrics import clustering_accuracy  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "precision.json"
@@ -85,7 +84,7 @@ def measure_round(workload: Workload, steps: int, warmup: int) -> dict[str, list
         if workload.authors is not None:
             others["authors"] = authors_loop(workload)
         timer = InterleavedTimer(others, warmup)
-        _fit(workload, warmup + steps, "cpu", timer, precision=precision)
+        fit_workload(workload, warmup + steps, "cpu", [timer], precision=precision)
         for name, values in timer.seconds.items():
             seconds[name + suffix] = values
     return seconds
@@ -94,15 +93,7 @@ def measure_round(workload: Workload, steps: int, warmup: int) -> dict[str, list
 def trained_by_precision(workload: Workload, steps: int) -> dict[str, tuple[nn.Module, object]]:
     """``(model, objective)`` after ``steps`` training steps in each precision, from the same
     seed and batches."""
-    trained = {}
-    for precision in ("32-true", "bf16-mixed"):
-        pyro.clear_param_store()
-        model, objective = workload.build()
-        first, *others = workload.batch_sizes.items()
-        fit(model, objective, workload.data, steps=steps, batch_size=first[1], batch_sizes=dict(others),
-            lr=workload.lr, precision=precision, progress_bar=False)
-        trained[precision] = (model, objective)
-    return trained
+    return {precision: fit_workload(workload, steps, precision=precision) for precision in ("32-true", "bf16-mixed")}
 
 
 def held_out_loss_by_precision(workload: Workload, steps: int, held_out: int = 1024, draws: int = 5) -> dict[str, float]:
