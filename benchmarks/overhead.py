@@ -13,8 +13,9 @@ sizes:
 - ``engine``: ``ppl_vae.fit``, timed from inside its run (below).
 - ``authors`` (PartedVAE only): the hand-written iteration with the authors' classifier step
   (:func:`authors_parted_iteration`), which reshuffles and copies the whole labelled set on
-  every iteration, on networks in the usual NCHW memory format of the authors' code (the
-  library's conv networks run channels-last, :mod:`ppl_vae.nn.conv`).
+  every iteration, on the same networks in PyTorch's default layers (NCHW, out-of-place
+  ReLUs; the library's conv networks run channels-last with in-place ReLUs,
+  :mod:`ppl_vae.nn.conv`).
 
 Workloads (NOTES Sec. 1-3):
 
@@ -339,9 +340,16 @@ def parted_workload(
 ) -> Workload:
     """PartedVAE with the authors' dSprites settings and a labelled group for the classifier."""
 
-    def build(channels_last: bool = True) -> tuple[PartedVAE, PartedELBO]:
+    def build(authors_layers: bool = False) -> tuple[PartedVAE, PartedELBO]:
+        """The library's networks, or (``authors_layers``) the same weights in PyTorch's default
+        layers (NCHW, out-of-place ``nn.ReLU()``), which the authors' loop runs on: the layout
+        choices of :mod:`ppl_vae.nn.conv` are the library's own, not the authors'."""
         torch.manual_seed(0)
-        model = PartedVAE.conv(64, z_dim=5, num_classes=3, u_dims=1, channels_last=channels_last)
+        model = PartedVAE.conv(64, z_dim=5, num_classes=3, u_dims=1, channels_last=not authors_layers)
+        if authors_layers:
+            for module in model.modules():
+                if isinstance(module, nn.ReLU):
+                    module.inplace = False
         objective = PartedELBO(
             z_capacity=LinearCapacity(0.0, 30.0, 300_000), u_capacity=LinearCapacity(0.0, 5.0, 300_000),
             gamma_z=50.0, gamma_u=50.0, gamma_c=100.0, gamma_h=10.0, gamma_bc=10.0, delta=0.1,
@@ -356,7 +364,7 @@ def parted_workload(
         lr=5e-4,
         hand_written=hand_written_parted_iteration,
         authors=authors_parted_iteration,
-        authors_build=functools.partial(build, channels_last=False),
+        authors_build=functools.partial(build, authors_layers=True),
         description={"network": "conv 64x64", "z_dim": 5, "num_classes": 3, "u_dim": 1, "labelled": len(labels)},
     )
 

@@ -12,6 +12,14 @@ nothing outside the network sees a difference beyond float rounding). On the CPU
 oneDNN kernels are faster on it: forward and backward of the 64x64 encoder 50.5 -> 43.1 ms
 and of the decoder 69.2 -> 61.6 ms at batch 64 on one thread (``docs/performance.md``).
 Its effect on a GPU was not measured; ``channels_last=False`` gives the usual layout.
+
+Every ReLU runs in place (``nn.ReLU(inplace=True)``): it overwrites the output of the
+layer before it, which only the ReLU reads (a convolution's and a linear layer's backward
+pass need their input and weight, not their output), so the values and gradients are
+exactly those of out-of-place ReLUs. It saves one activation-sized allocation and write per
+layer; on the CPU, where these layers are memory-bound, that made a PartedVAE training
+iteration about 5% faster (``docs/performance.md``). A forward hook that keeps a layer's
+output sees it after the ReLU.
 """
 from __future__ import annotations
 
@@ -65,14 +73,14 @@ class ConvEncoder(nn.Module):
         c_in = channels
         for i, c_out in enumerate(conv_channels):
             padding = 2 if (image_size == 28 and i == 2) else 1
-            layers += [nn.Conv2d(c_in, c_out, 4, 2, padding, bias=bias), nn.ReLU()]
+            layers += [nn.Conv2d(c_in, c_out, 4, 2, padding, bias=bias), nn.ReLU(inplace=True)]
             c_in = c_out
         self.conv = nn.Sequential(*layers)
         self.image_size = image_size
         self.channels = channels
         with torch.no_grad():
             flat = self.conv(torch.zeros(1, channels, image_size, image_size)).numel()
-        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), nn.ReLU())
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), nn.ReLU(inplace=True))
         self.out_features = hidden_dim
         self.channels_last = bool(channels_last)
         if self.channels_last:
@@ -112,9 +120,9 @@ class ConvDecoder(nn.Module):
         self.start_channels = reversed_channels[0]
         self.fc = nn.Sequential(
             nn.Linear(latent_dim, hidden_dim, bias=bias),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),
             nn.Linear(hidden_dim, self.start_channels * 16, bias=bias),
-            nn.ReLU(),
+            nn.ReLU(inplace=True),
         )
         layers: list[nn.Module] = []
         outs = reversed_channels[1:] + [channels]
@@ -125,7 +133,7 @@ class ConvDecoder(nn.Module):
                 nn.ConvTranspose2d(c_in, c_out, 4, 2, padding, output_padding, bias=bias)
             )
             if i < len(outs) - 1:
-                layers.append(nn.ReLU())
+                layers.append(nn.ReLU(inplace=True))
         self.deconv = nn.Sequential(*layers)
         self.latent_dim = latent_dim
         self.output_shape = (channels, image_size, image_size)

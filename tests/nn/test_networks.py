@@ -61,3 +61,26 @@ def test_channels_last_networks_compute_what_the_usual_layout_computes(size, cha
     assert fast_encoder.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
     assert fast_decoder.deconv[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert not encoder.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("size", [28, 64])
+def test_in_place_relus_give_the_values_and_gradients_of_out_of_place_ones(size):
+    torch.manual_seed(0)
+    fast = (ConvEncoder(size), ConvDecoder(5, size))
+    plain = (ConvEncoder(size), ConvDecoder(5, size))
+    for source, target in zip(fast, plain, strict=True):
+        target.load_state_dict(source.state_dict())
+        relus = [m for m in target.modules() if isinstance(m, torch.nn.ReLU)]
+        assert relus and all(m.inplace for m in relus)
+        for relu in relus:
+            relu.inplace = False
+    x = torch.rand(4, 1, size, size)
+    outputs = []
+    for encoder, decoder in (fast, plain):
+        out = decoder(encoder(x)[:, :5])
+        out.square().sum().backward()
+        outputs.append(out)
+    assert torch.equal(outputs[0], outputs[1])
+    for fast_net, plain_net in zip(fast, plain, strict=True):
+        for (name, a), b in zip(fast_net.named_parameters(), plain_net.parameters(), strict=True):
+            assert torch.equal(a.grad, b.grad), name
