@@ -2,10 +2,13 @@
 from ppl_vae.train.batches import TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_checkpoint
 from ppl_vae.train.config import TrainConfig
+from ppl_vae.train.environment import drop_nvml_check_without_nvml
 from ppl_vae.train.fit import FitResult, fit
 from ppl_vae.train.module import NonFiniteLossError, SVIModule
 from ppl_vae.train.run_dir import RunDirectory, RunDirectoryExistsError, write_json_atomic
 from ppl_vae.train.sweep import plan_sweep, run_sweep
+
+drop_nvml_check_without_nvml()  # Lightning, imported above, set it
 
 __all__ = [
     "AtomicCheckpointIO",
