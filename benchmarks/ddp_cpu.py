@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from reporting import write_results
+
 from ppl_vae.recipes import RECIPES
 from ppl_vae.train.sweep import flatten_metrics
 
@@ -92,10 +94,7 @@ def main() -> None:
             results[model] = {"global_batch": global_batch, "steps": steps or RECIPES[model].demo().train.steps,
                               "runs": runs}
             print(table(model, runs), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"quick": args.quick, "models": results}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, {"quick": args.quick, "models": results})
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ into a bit-packed array, as the on-disk cache does, and reports images per secon
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
 
 import numpy as np
 import torch
+from reporting import write_results
 
 from ppl_vae.data.dsprites import IMAGE_SIZE, NUM_IMAGES, DSprites, DSpritesRenderer
 
@@ -84,10 +84,7 @@ def main() -> None:
         f"{result['images_per_second']:,.0f} images/s (whole set: {result['projected_full_set_seconds']:.1f} s); "
         f"random batches of {RANDOM_BATCH}: {result['random_batch_images_per_second']:,.0f} images/s"
     )
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as file:
-        json.dump(result, file, indent=2)
-    print(f"wrote {args.json}")
+    write_results(args.json, result)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,11 @@ over all timed steps of ``loop_i / torch_i``) are printed and written as JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pyro
 import torch
 from pyro.infer import TraceMeanField_ELBO
 from torch.nn import functional as F
@@ -34,7 +30,16 @@ from torch.nn import functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dsprites_render import time_render  # noqa: E402
-from overhead import Workload, measure, paired_ratios, print_table, summarise  # noqa: E402
+from overhead import (  # noqa: E402
+    Workload,
+    _gaussian_kl,
+    _reparameterised,
+    measure,
+    paired_ratios,
+    print_table,
+    summarise,
+)
+from reporting import machine_description, write_results  # noqa: E402
 
 from ppl_vae.data import DSprites  # noqa: E402
 from ppl_vae.models import VAE  # noqa: E402
@@ -57,11 +62,9 @@ def vae_workload(images: torch.Tensor, batch_size: int, latent_dim: int = 10) ->
         def step() -> None:
             xb = samplers["x"]()["x"]
             loc, scale = vae.head(vae.encoder(xb))
-            z = loc + scale * torch.randn_like(loc)
-            recon = F.binary_cross_entropy_with_logits(vae.decoder(z), xb, reduction="sum")
-            kl = 0.5 * (loc.pow(2) + scale.pow(2) - 1 - 2 * scale.log()).sum()
+            recon = F.binary_cross_entropy_with_logits(vae.decoder(_reparameterised(loc, scale)), xb, reduction="sum")
             optimizer.zero_grad(set_to_none=True)
-            (recon + kl).backward()
+            (recon + _gaussian_kl(loc, scale).sum()).backward()
             optimizer.step()
 
         return step
@@ -112,11 +115,10 @@ def main() -> None:
         "render": render,
         "throughput": rows,
         "settings": vars(args) | {"json": str(args.json)},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__, "pyro": pyro.__version__},
+        "machine": machine_description(),
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"\nwrote {args.json}")
+    print()
+    write_results(args.json, payload)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ into its first pixels.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing
 import os
@@ -34,6 +33,7 @@ import tracemalloc
 from typing import Any
 
 import torch
+from reporting import write_results
 
 from ppl_vae.metrics import factor_score
 
@@ -192,22 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     for config in configurations(args.dataset, args.quick, args.num_dims, args.encode_batch_size):
         rows.append(measure_in_fresh_process(config))
         print_row(rows[-1])
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as handle:
-        json.dump(
-            {
-                "dataset": args.dataset,
-                "num_images": math.prod(DSPRITES_FACTOR_SIZES),
-                "torch_threads": 1,
-                "machine": platform.platform(),
-                "cpus": os.cpu_count(),
-                "start_method": start_method(),
-                "rows": rows,
-            },
-            handle,
-            indent=2,
-        )
-    print(f"wrote {args.json}")
+    write_results(
+        args.json,
+        {
+            "dataset": args.dataset,
+            "num_images": math.prod(DSPRITES_FACTOR_SIZES),
+            "torch_threads": 1,
+            "machine": platform.platform(),
+            "cpus": os.cpu_count(),
+            "start_method": start_method(),
+            "rows": rows,
+        },
+    )
     return 0
 
 

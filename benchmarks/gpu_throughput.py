@@ -27,15 +27,11 @@ same harness on the CPU (to check it; the figures are not GPU figures).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import sys
 import warnings
 from pathlib import Path
 
-import pyro
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,6 +46,7 @@ from overhead import (  # noqa: E402
     time_engine,
     time_hand_written,
 )
+from reporting import machine_description, write_results  # noqa: E402
 
 from ppl_vae.data import DSprites  # noqa: E402
 
@@ -98,23 +95,9 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: st
 
 def machine(device: str) -> dict[str, object]:
     """What the figures were measured on."""
-    info: dict[str, object] = {
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "torch": torch.__version__,
-        "pyro": pyro.__version__,
-        "cuda_available": torch.cuda.is_available(),
-    }
     if torch.device(device).type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
-
-
-def write(path: Path, payload: dict) -> None:
-    """The JSON result file (folders created)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path}")
+        return machine_description(cuda_available=True, gpu=torch.cuda.get_device_name(device))
+    return machine_description(cuda_available=torch.cuda.is_available())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device available: gpu_throughput measures nothing on this machine (run it where torch sees a GPU)")
         payload["cuda_available"] = False
-        write(args.json, payload)
+        write_results(args.json, payload)
         return 0
     payload["cuda_available"] = torch.cuda.is_available()
     payload["machine"] = machine(args.device)
@@ -165,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{figures.get('ratio_to_torch', 1.0):7.3f}"
             )
     payload["target_images_per_second"] = TARGET_IMAGES_PER_SECOND
-    write(args.json, payload)
+    write_results(args.json, payload)
     return 0
 
 

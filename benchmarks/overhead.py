@@ -48,11 +48,8 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import logging
 import math
-import os
-import platform
 import statistics
 import time
 import warnings
@@ -66,6 +63,7 @@ import lightning as L
 import pyro
 import torch
 from pyro.infer import SVI
+from reporting import machine_description, write_results
 from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
@@ -758,17 +756,10 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "models": results,
         "settings": vars(args) | {"json": str(args.json)},
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "torch": torch.__version__,
-            "pyro": pyro.__version__,
-            "load_average": os.getloadavg(),
-        },
+        "machine": machine_description(),
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"\nwrote {args.json}")
+    print()
+    write_results(args.json, payload)
     return 0
 
 

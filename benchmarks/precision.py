@@ -31,10 +31,7 @@ Hungarian assignment). What bfloat16 networks cost in fit, at equal steps.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -58,6 +55,7 @@ from overhead import (  # noqa: E402
     parted_workload,
     summarise,
 )
+from reporting import machine_description, write_results  # noqa: E402
 
 from ppl_vae.metrics import clustering_accuracy  # noqa: E402
 
@@ -193,12 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         "models": results,
         "quality": {"steps": args.quality_steps, **quality},
         "settings": vars(args) | {"json": str(args.json)},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "cpu_bf16_flags": cpu_bf16_flags(),
-                    "torch": torch.__version__, "pyro": pyro.__version__, "load_average": os.getloadavg()},
+        "machine": machine_description(cpu_bf16_flags=cpu_bf16_flags()),
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"\nwrote {args.json}")
+    print()
+    write_results(args.json, payload)
     return 0
 
 

@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import multiprocessing
-import os
-import platform
 import resource
 import sys
 import time
@@ -46,6 +43,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import factor_score_memory  # noqa: E402
+from reporting import machine_description, write_results  # noqa: E402
 
 from ppl_vae.distributions import IsotropicGaussianPrior  # noqa: E402
 from ppl_vae.infer.decomposition import DecompositionELBO  # noqa: E402
@@ -184,12 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         "factor_score": factor_rows,
         "inclusive_kl": kl_rows,
         "settings": vars(args) | {"json": str(args.json), "chunk_size": chunk_size},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "torch_threads": 1},
+        "machine": machine_description(torch_threads=1),
     }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"\nwrote {args.json}")
+    print()
+    write_results(args.json, payload)
     return 0
 
 

@@ -1,0 +1,32 @@
+"""What every benchmark script writes beside its printed table: where it ran, and one JSON file."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import pyro
+import torch
+
+
+def machine_description(**extra: Any) -> dict[str, Any]:
+    """The platform, core count, torch and Pyro versions and load average the figures were
+    measured under, plus ``extra`` entries (e.g. ``cpu_bf16_flags``, ``gpu``)."""
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "pyro": pyro.__version__,
+        "load_average": os.getloadavg(),
+        **extra,
+    }
+
+
+def write_results(path: str | os.PathLike, payload: dict[str, Any]) -> None:
+    """``payload`` as indented JSON at ``path`` (folders created), then ``wrote PATH``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {path}")
