@@ -66,13 +66,14 @@ def _warn_if_bf16_is_slow(config: TrainConfig) -> None:
     support it; elsewhere bfloat16 is emulated and usually slower than float32."""
     if config.precision != "bf16-mixed":
         return
-    if _accelerator(config.device) == "gpu":
+    on_gpu = _accelerator(config.device) == "gpu"
+    if on_gpu:
         supported = torch.cuda.is_bf16_supported()
     else:
         check = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
         supported = check is None or check()
     if not supported:
-        where = "GPU without bfloat16 support" if _accelerator(config.device) == "gpu" else "CPU without AVX512-BF16"
+        where = "GPU without bfloat16 support" if on_gpu else "CPU without AVX512-BF16"
         warnings.warn(
             f"precision='bf16-mixed' on a {where}: bfloat16 is emulated there and usually slower "
             "than precision='32-true'",
