@@ -5,6 +5,7 @@ from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutati
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.parted import PartedELBO, classification_loss
+from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import (
     AuxiliaryStep,
@@ -25,6 +26,7 @@ __all__ = [
     "LinearSchedule",
     "MeanFieldELBO",
     "PartedELBO",
+    "ReplayedLoss",
     "aggregate_log_density",
     "auxiliary_modules",
     "auxiliary_steps",
@@ -34,5 +36,6 @@ __all__ = [
     "mmd_dimensionwise",
     "objective_terms",
     "permute_shared",
+    "replay_obstacle",
     "set_training_step",
 ]

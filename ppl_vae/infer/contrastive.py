@@ -151,6 +151,7 @@ class ContrastiveELBO(MeanFieldELBO):
         """``model`` followed by the factor ``-gamma * (N / B) * sum_n log ratio(v_n)``."""
 
         def model_with_total_correlation(*args, **kwargs):
+            self._last_samples = None
             with _SiteCapture((self.salient_site, self.shared_site)) as capture:
                 result = model(*args, **kwargs)
             nodes = capture.sites
@@ -169,6 +170,18 @@ class ContrastiveELBO(MeanFieldELBO):
         if self.gamma > 0:
             model = self._with_total_correlation(model)
         return super()._get_trace(model, guide, args, kwargs)
+
+    def step_outputs(self) -> dict[str, torch.Tensor]:
+        """The logged terms and the detached ``s``, ``z`` the discriminator step reuses."""
+        outputs = super().step_outputs()
+        if self._last_samples is not None:
+            outputs["salient_sample"], outputs["shared_sample"] = self._last_samples
+        return outputs
+
+    def load_step_outputs(self, outputs: dict[str, torch.Tensor]) -> None:
+        super().load_step_outputs(outputs)
+        if "salient_sample" in outputs:
+            self._last_samples = (outputs["salient_sample"], outputs["shared_sample"])
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The discriminator step (after each ELBO step): :func:`discriminator_loss` on

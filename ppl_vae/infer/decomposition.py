@@ -189,6 +189,13 @@ class DecompositionELBO(MeanFieldELBO):
         self._last_divergence = torch.zeros(())
         self._aggregate_on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
 
+    def replay_obstacle(self) -> str | None:
+        """With ``aggregate_data`` the loss re-encodes the whole data set under activation
+        checkpointing, which a recording would unroll into one graph."""
+        if self.aggregate_data is not None:
+            return "DecompositionELBO with aggregate_data re-encodes the whole data set under activation checkpointing"
+        return None
+
     def _get_trace(self, model, guide, args, kwargs):
         guide_weight = _LatentWeight(self.beta, self.latent)
         model_weight = _LatentWeight(self.beta, self.latent)

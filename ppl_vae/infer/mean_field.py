@@ -116,6 +116,23 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             loss = loss + self._differentiable_loss_particle(model_trace, guide_trace)[1] / self.num_particles
         return loss
 
+    def step_outputs(self) -> dict[str, torch.Tensor]:
+        """The tensors the last :meth:`differentiable_loss` left on the objective for the rest
+        of the step: here the logged ``terms`` (if the subclass keeps any), as ``"terms.<name>"``.
+        A replayed loss (:class:`~ppl_vae.infer.replay.ReplayedLoss`) returns them from its graph
+        and hands them back with :meth:`load_step_outputs`."""
+        return {f"terms.{name}": value for name, value in getattr(self, "terms", {}).items()}
+
+    def load_step_outputs(self, outputs: dict[str, torch.Tensor]) -> None:
+        """Set what :meth:`step_outputs` reads from ``outputs`` (the same keys)."""
+        if hasattr(self, "terms"):
+            self.terms = {key.removeprefix("terms."): value for key, value in outputs.items() if key.startswith("terms.")}
+
+    def replay_obstacle(self) -> str | None:
+        """Why this objective's loss cannot be recorded once and replayed, or ``None`` (see
+        :mod:`ppl_vae.infer.replay`)."""
+        return None
+
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
         """The same objective as :meth:`differentiable_loss`, as a float (what

@@ -36,6 +36,11 @@ class TrainConfig:
         outputs at the boundary, :mod:`ppl_vae.nn`). :func:`~ppl_vae.fit` warns where the
         device has no native bfloat16 (it would be emulated, and slower than float32).
     :param validate: Pyro's argument validation (slower; on in tests, off in training).
+    :param replay_loss: record the ELBO step's loss once per batch shape and replay the
+        recorded tensor program on later steps (:class:`~ppl_vae.infer.replay.ReplayedLoss`):
+        the same values and gradients without Pyro's per-step Python, for models of static
+        structure. Refused for objectives or models with a training-step schedule (PartedVAE),
+        with ``validate``, ``"bf16-mixed"`` and more than one process.
     :param progress_bar: Lightning's progress bar.
     :param batch_sizes: per data-group batch sizes, e.g. ``{"labelled": 64}``.
     """
@@ -54,6 +59,7 @@ class TrainConfig:
     checkpoint_every_n_steps: int = 500
     precision: str = "32-true"
     validate: bool = False
+    replay_loss: bool = False
     progress_bar: bool = True
     batch_sizes: dict[str, int] = field(default_factory=dict)
 
@@ -78,6 +84,15 @@ class TrainConfig:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.replay_loss:
+            conflicts = {
+                "validate=True": self.validate,
+                f"precision={self.precision!r}": self.precision != "32-true",
+                "more than one process": self.devices * self.num_nodes > 1,
+            }
+            named = [name for name, conflict in conflicts.items() if conflict]
+            if named:
+                raise ValueError(f"replay_loss=True cannot be combined with {', '.join(named)}")
 
     def single_process(self) -> TrainConfig:
         """A copy for one process on one device (e.g. a baseline fitted during evaluation,

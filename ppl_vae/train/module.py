@@ -8,6 +8,7 @@ the ELBO step, each with its own optimiser and its own parameters.
 """
 from __future__ import annotations
 
+import functools
 import math
 import random
 import types
@@ -22,6 +23,7 @@ from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
+from ppl_vae.infer.replay import ReplayedLoss
 from ppl_vae.infer.steps import (
     AuxiliaryStep,
     auxiliary_modules,
@@ -134,6 +136,11 @@ class SVIModule(L.LightningModule):
         self.config = config
         self.batches = batches
         self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
+        self.elbo_loss = (
+            ReplayedLoss(objective, self.model_fn, self.guide_fn, [model, *self.auxiliary.values()])
+            if config.replay_loss
+            else functools.partial(objective.differentiable_loss, self.model_fn, self.guide_fn)
+        )
         self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
         claimed = {s.data_group for s in self.steps if s.data_group is not None}
         unknown = claimed - set(batches.groups)
@@ -194,7 +201,7 @@ class SVIModule(L.LightningModule):
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "before":
                 self._auxiliary_step(step, optimizer, batch)
-        loss = self.objective.differentiable_loss(self.model_fn, self.guide_fn, **self._kwargs(batch, self.elbo_groups))
+        loss = self.elbo_loss(**self._kwargs(batch, self.elbo_groups))
         for name, value in objective_terms(self.objective).items():
             self._accumulate(name, value)
         self._take_step(elbo_optimizer, loss, "elbo")

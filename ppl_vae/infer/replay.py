@@ -1,0 +1,245 @@
+r"""An objective's loss recorded once per batch shape and replayed as a tensor program.
+
+An ELBO step through Pyro runs Python on every step besides the networks: the handler stack
+for every sample site and plate, a distribution object per site, the trace and replay
+bookkeeping, the KL dispatch. On a small network that is a large share of the step (the
+contrastive VAE's MLP at batch 128: about a fifth, docs/performance.md). When the model's
+computation on a batch is the same sequence of tensor operations on every step ("static
+structure", the assumption of Pyro's ``JitTrace_ELBO``), that sequence can be recorded once
+and replayed: :class:`ReplayedLoss` records ``objective.differentiable_loss(model, guide,
+**batch)`` with :func:`torch.fx.experimental.proxy_tensor.make_fx` (pre-dispatch ATen ops,
+grad-mode switches included) into a graph whose inputs are the parameters and buffers of the
+modules involved and the batch tensors, and calls that graph on every later step with the
+same batch shapes. The value and the gradient are those of the eager loss:
+
+- random draws (``rsample``, the contrastive VAE's permutation, prior draws of the MMD) are
+  operations of the graph, drawn afresh from torch's generator on each call, in the order the
+  eager code draws them; recording restores the generator, so a replayed run gives the same
+  numbers as an eager one;
+- parameters and buffers are graph inputs, read as they are at each call (the optimiser's
+  in-place updates are seen), and autograd runs through the graph as through eager code;
+- the tensors an objective leaves behind for the rest of the step (the logged ``terms``, the
+  contrastive discriminator's samples) are graph outputs, handed back to the objective after
+  each call (``step_outputs``/``load_step_outputs`` of :class:`~ppl_vae.infer.MeanFieldELBO`).
+
+What a recording freezes: Python numbers (weights such as beta or gamma, the data-set scales,
+shapes), control flow on tensor values, Python-side randomness. So it refuses what it can
+detect changing: components with a training-step schedule (``set_training_step``: PartedVAE's
+capacities and attention sharpness), objectives that name a reason (``replay_obstacle``),
+Pyro validation (its checks read each step's values), autocast, and data parallelism (the
+batch-level terms' collectives). After changing a setting of the model or the objective
+between steps, call :meth:`ReplayedLoss.clear`.
+"""
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyro
+import torch
+from pyro.infer.util import is_validation_enabled
+from torch import fx, nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ppl_vae.infer.distributed import world_size
+
+Signature = tuple[tuple[str, tuple[int, ...], torch.dtype, torch.device], ...]
+_VIEW_NO_OPS = {
+    torch.ops.aten.expand.default,
+    torch.ops.aten.alias.default,
+    torch.ops.aten.view.default,
+    torch.ops.aten.reshape.default,
+    torch.ops.aten.flatten.using_ints,
+}
+_IDENTITY_ARITHMETIC = {
+    torch.ops.aten.add.Tensor: 0,
+    torch.ops.aten.sub.Tensor: 0,
+    torch.ops.aten.mul.Tensor: 1,
+    torch.ops.aten.div.Tensor: 1,
+}
+
+
+def replay_obstacle(objective: Any, modules: Sequence[nn.Module]) -> str | None:
+    """Why ``objective`` with ``modules`` cannot be recorded once and replayed, or ``None``."""
+    for component in (objective, *modules):
+        if callable(getattr(component, "set_training_step", None)):
+            return (
+                f"{type(component).__name__} changes with the training step (set_training_step), "
+                "and a replayed loss would keep the first step's values"
+            )
+    declared = getattr(objective, "replay_obstacle", None)
+    return declared() if callable(declared) else None
+
+
+def batch_signature(batch: dict[str, torch.Tensor]) -> Signature:
+    """``(name, shape, dtype, device)`` of every batch tensor, sorted by name: one recording each."""
+    for name, value in batch.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"a replayed loss takes tensors only, got {type(value).__name__} for {name!r}")
+    return tuple((name, tuple(value.shape), value.dtype, value.device) for name, value in sorted(batch.items()))
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    va, vb = getattr(a, "meta", {}).get("val"), getattr(b, "meta", {}).get("val")
+    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape and va.dtype == vb.dtype
+
+
+def _simplify(graph_module: fx.GraphModule) -> fx.GraphModule:
+    """Drop the nodes of a recording that compute nothing, each replaced by its input: views,
+    expansions and broadcasts to the shape their input already has, arithmetic by the identity
+    (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``), and copies of constants that nothing reads;
+    then dead code. Every value the graph returns is unchanged."""
+    graph = graph_module.graph
+    aten = torch.ops.aten
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target in _VIEW_NO_OPS and _same_shape(node.args[0], node):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+        elif node.target in _IDENTITY_ARITHMETIC and len(node.args) == 2 and not node.kwargs:
+            source, operand = node.args
+            if isinstance(operand, (int, float)) and operand == _IDENTITY_ARITHMETIC[node.target] and _same_shape(source, node):
+                node.replace_all_uses_with(source)
+                graph.erase_node(node)
+        elif node.target is aten.broadcast_tensors.default:
+            sources = node.args[0]
+            readers = list(node.users)
+            if all(reader.target is operator.getitem for reader in readers) and all(
+                _same_shape(sources[reader.args[1]], reader) for reader in readers
+            ):
+                for reader in readers:
+                    reader.replace_all_uses_with(sources[reader.args[1]])
+                    graph.erase_node(reader)
+                graph.erase_node(node)
+        elif node.target is aten.detach_.default:
+            source = node.args[0]
+            if not node.users and source.target is aten.lift_fresh_copy.default and len(source.users) == 1:
+                graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph_module.recompile()
+    return graph_module
+
+
+class ReplayedLoss:
+    """``objective.differentiable_loss(model, guide, **batch)``, recorded on the first call for
+    each batch signature and replayed on later calls (module docstring).
+
+    :param objective: an ELBO with ``differentiable_loss`` (the library's objectives hand their
+        per-step tensors back through ``step_outputs``/``load_step_outputs``; others keep
+        whatever their recording call left).
+    :param model: the model callable (e.g. ``vae.model``).
+    :param guide: the guide callable.
+    :param modules: every module whose parameters or buffers the loss reads (the model's
+        ``nn.Module`` and the objective's auxiliary modules); they become graph inputs. A
+        tensor that requires grad and is not among them is refused when recorded.
+    :param max_recordings: batch signatures kept (least recently used dropped first).
+    :raises ValueError: when :func:`replay_obstacle` names a reason.
+
+    Example::
+
+        loss_fn = ReplayedLoss(elbo, vae.model, vae.guide, [vae])
+        for x in batches:
+            optimizer.zero_grad()
+            loss_fn(x=x).backward()
+            optimizer.step()
+    """
+
+    def __init__(
+        self,
+        objective: Any,
+        model: Callable,
+        guide: Callable,
+        modules: Sequence[nn.Module],
+        max_recordings: int = 4,
+    ) -> None:
+        if isinstance(max_recordings, bool) or not isinstance(max_recordings, int) or max_recordings < 1:
+            raise ValueError(f"max_recordings must be a positive integer, got {max_recordings!r}")
+        reason = replay_obstacle(objective, modules)
+        if reason is not None:
+            raise ValueError(f"this loss cannot be replayed: {reason}")
+        self.objective = objective
+        self.model = model
+        self.guide = guide
+        self.modules = list(modules)
+        self.max_recordings = max_recordings
+        self._recordings: OrderedDict[Signature, tuple[fx.GraphModule, list[str]]] = OrderedDict()
+
+    def __call__(self, **batch: torch.Tensor) -> torch.Tensor:
+        """The loss (a scalar tensor with gradients) on ``batch``, by replay."""
+        self._check_call()
+        signature = batch_signature(batch)
+        names = [name for name, *_ in signature]
+        inputs = [*self._state_tensors(), *(batch[name] for name in names)]
+        if signature not in self._recordings:
+            self._recordings[signature] = self._record(names, inputs)
+            while len(self._recordings) > self.max_recordings:
+                self._recordings.popitem(last=False)
+        self._recordings.move_to_end(signature)
+        graph, output_names = self._recordings[signature]
+        loss, *outputs = graph(*inputs)
+        load = getattr(self.objective, "load_step_outputs", None)
+        if load is not None:
+            load(dict(zip(output_names, outputs, strict=True)))
+        return loss
+
+    def clear(self) -> None:
+        """Forget every recording (after changing a setting the recordings froze)."""
+        self._recordings.clear()
+
+    @property
+    def recordings(self) -> int:
+        """Number of batch signatures recorded and kept."""
+        return len(self._recordings)
+
+    def _check_call(self) -> None:
+        if not torch.is_grad_enabled():
+            raise RuntimeError("a replayed loss is for training steps: call it with gradients enabled")
+        if is_validation_enabled():
+            raise RuntimeError(
+                "a replayed loss runs no Pyro validation (its checks read each step's values); "
+                "disable it (pyro.enable_validation(False)) or use the eager objective"
+            )
+        if torch.is_autocast_enabled() or torch.is_autocast_enabled("cpu"):
+            raise RuntimeError("a replayed loss does not record autocast; use float32 or the eager objective")
+        if world_size() > 1:
+            raise RuntimeError(
+                "a replayed loss cannot record the collectives of data parallelism; use the eager objective"
+            )
+
+    def _state_tensors(self) -> list[torch.Tensor]:
+        """Parameters then buffers of every module, each tensor once, in a fixed order."""
+        seen: dict[int, torch.Tensor] = {}
+        for module in self.modules:
+            for tensor in (*module.parameters(), *module.buffers()):
+                seen.setdefault(id(tensor), tensor)
+        return list(seen.values())
+
+    def _record(self, names: list[str], inputs: list[torch.Tensor]) -> tuple[fx.GraphModule, list[str]]:
+        output_names: list[str] = []
+        state = len(inputs) - len(names)
+
+        def loss_and_outputs(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            batch = dict(zip(names, tensors[state:], strict=True))
+            loss = self.objective.differentiable_loss(self.model, self.guide, **batch)
+            if not isinstance(loss, torch.Tensor):
+                raise ValueError(f"the loss must be a tensor to be replayed, got {type(loss).__name__}")
+            collect = getattr(self.objective, "step_outputs", None)
+            outputs = dict(collect()) if collect is not None else {}
+            output_names[:] = list(outputs)
+            return (loss, *outputs.values())
+
+        devices = sorted({t.device.index or 0 for t in inputs if t.device.type == "cuda"})
+        with torch.random.fork_rng(devices=devices), pyro.validation_enabled(False):
+            graph = make_fx(loss_and_outputs, pre_dispatch=True)(*inputs)
+        for node in graph.graph.nodes:
+            if node.op == "get_attr":
+                constant = getattr(graph, node.target)
+                if isinstance(constant, torch.Tensor) and constant.requires_grad:
+                    raise ValueError(
+                        f"the loss reads a tensor that requires grad (shape {tuple(constant.shape)}) but is not a "
+                        "parameter or buffer of the modules given to ReplayedLoss; its gradient would be lost"
+                    )
+        return _simplify(graph), list(output_names)
