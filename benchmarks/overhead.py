@@ -10,7 +10,10 @@ sizes:
 - ``svi``: a plain ``pyro.infer.SVI`` loop with ``pyro.optim.Adam`` and the objective of
   :mod:`ppl_vae.infer`; the objective's auxiliary step (classifier, discriminator) taken by a
   ``torch.optim.Adam`` over ``step.parameters`` on ``step.loss(**batch)``.
-- ``engine``: ``ppl_vae.fit``, timed from inside its run (below).
+- ``engine``: ``ppl_vae.fit``, timed from inside its run (below); with ``--replay-loss`` the
+  engine records its ELBO loss once and replays it (``TrainConfig.replay_loss``,
+  :mod:`ppl_vae.infer.replay`) for the models that allow it (not PartedVAE, whose capacities
+  change every step).
 - ``authors`` (PartedVAE only): the hand-written iteration with the authors' classifier step
   (:func:`authors_parted_iteration`), which reshuffles and copies the whole labelled set on
   every iteration, on the same networks in PyTorch's default layers (NCHW, out-of-place
@@ -41,6 +44,7 @@ hand-written loop's, and the *paired* ratio, the median over all timed iteration
 ``loop_i / torch_i`` (and, for PartedVAE, ``/ authors_i``).
 
     python benchmarks/overhead.py --threads 1 --rounds 5 --steps 30   # docs/performance.md (see there per model)
+    python benchmarks/overhead.py --models decomposition contrastive --replay-loss --threads 1 --rounds 5 --steps 30
     python benchmarks/overhead.py --quick --json out.json  # seconds: checks the harness, not speed
 """
 from __future__ import annotations
@@ -74,8 +78,9 @@ from ppl_vae.distributions import IsotropicGaussianPrior
 from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.parted import PartedELBO
+from ppl_vae.infer.replay import replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity
-from ppl_vae.infer.steps import auxiliary_steps
+from ppl_vae.infer.steps import auxiliary_modules, auxiliary_steps
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
@@ -382,7 +387,8 @@ def contrastive_workload(target: torch.Tensor, background: torch.Tensor, batch_s
     def hand_written(model: ContrastiveVAE, objective: ContrastiveELBO, samplers) -> Step:
         r"""Target and background ELBOs (Gaussian log-likelihoods, closed-form KLs) plus
         ``gamma sum_n logit D([s_n, z_n])`` with D's parameters detached; then D's logistic loss
-        on fresh detached guide samples of the target, joint against permuted."""
+        on the same samples of the target, detached, joint against permuted (as the library's
+        discriminator step reuses the ELBO step's samples)."""
         device = next(model.parameters()).device
         discriminator = objective.discriminator.build(model.salient_dim + model.shared_dim, device)
         optimizer = _adam(model.parameters(), 1e-3)
@@ -411,9 +417,7 @@ def contrastive_workload(target: torch.Tensor, background: torch.Tensor, batch_s
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            with torch.no_grad():
-                (s_loc, s_scale), (z_loc, z_scale) = encode(target)
-                s, z = _reparameterised(s_loc, s_scale), _reparameterised(z_loc, z_scale)
+            s, z = s.detach(), z.detach()
             joint = discriminator(torch.cat([s, z], dim=-1))
             product = discriminator(torch.cat([s, z[torch.randperm(z.shape[0], device=device)]], dim=-1))
             d_loss = F.softplus(-joint).mean() + F.softplus(product).mean()
@@ -616,8 +620,11 @@ class InterleavedTimer(L.Callback):
         self.resumed = time.perf_counter()
 
 
-def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> list[dict[str, list[float]]]:
-    """Seconds of every timed iteration of every loop, one dict per round.
+def measure(
+    workload: Workload, steps: int, warmup: int, rounds: int, **engine_settings: Any
+) -> list[dict[str, list[float]]]:
+    """Seconds of every timed iteration of every loop, one dict per round (``engine_settings``:
+    more :class:`~ppl_vae.train.TrainConfig` fields for the engine's run).
 
     Each round builds every loop afresh from the same seed and runs ``warmup + steps``
     iterations of all of them interleaved one by one (:class:`InterleavedTimer`: engine,
@@ -630,7 +637,7 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int) -> list[di
         if workload.authors is not None:
             others["authors"] = authors_loop(workload)
         timer = InterleavedTimer(others, warmup)
-        fit_workload(workload, warmup + steps, "cpu", [timer])
+        fit_workload(workload, warmup + steps, "cpu", [timer], **engine_settings)
         per_round.append({name: timer.seconds[name] for name in LOOP_ORDER if name in timer.seconds})
         line = ", ".join(f"{name} {1000 * statistics.median(values):.1f}" for name, values in per_round[-1].items())
         print(f"  {workload.name} round {index + 1}/{rounds} (median ms/iteration): {line}", flush=True)
@@ -693,6 +700,12 @@ def dsprites_images(count: int, seed: int) -> dict[str, torch.Tensor]:
     return DSprites().tensors(indices, dtype=torch.bool)
 
 
+def _objective_and_modules(workload: Workload) -> tuple[Any, list[nn.Module]]:
+    """A fresh objective and the modules the engine would record its loss over."""
+    model, objective = workload.build()
+    return objective, [model, *auxiliary_modules(objective).values()]
+
+
 def workloads(args: argparse.Namespace) -> list[Workload]:
     """The workloads named in ``args.models``, at the sizes of ``args``."""
     built = []
@@ -726,6 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--replay-loss", action="store_true",
+                        help="the engine replays its recorded loss (TrainConfig.replay_loss) where the model allows it")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, not speed")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
@@ -738,7 +753,8 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for workload in workloads(args):
-        per_round = measure(workload, args.steps, args.warmup, args.rounds)
+        replay = args.replay_loss and replay_obstacle(*_objective_and_modules(workload)) is None
+        per_round = measure(workload, args.steps, args.warmup, args.rounds, replay_loss=replay)
         round_medians = {name: [statistics.median(seconds[name]) for seconds in per_round] for name in per_round[0]}
         rows = summarise(round_medians, sum(workload.batch_sizes.values()))
         for reference in ("torch", "authors"):
@@ -749,10 +765,12 @@ def main(argv: list[str] | None = None) -> int:
             "loops": rows,
             "batch_sizes": workload.batch_sizes,
             "settings": workload.description,
+            "engine_replay_loss": replay,
         }
     print(f"\n{args.threads} thread(s), {args.rounds} rounds x {args.steps} iterations after {args.warmup} warm-up")
     for name, result in results.items():
-        print_table(f"{name} (batch {result['batch_sizes']})", result["loops"])
+        replayed = ", engine replays its recorded loss" if result["engine_replay_loss"] else ""
+        print_table(f"{name} (batch {result['batch_sizes']}{replayed})", result["loops"])
     payload = {
         "models": results,
         "settings": vars(args) | {"json": str(args.json)},

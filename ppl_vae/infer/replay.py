@@ -233,7 +233,16 @@ class ReplayedLoss:
 
         devices = sorted({t.device.index or 0 for t in inputs if t.device.type == "cuda"})
         with torch.random.fork_rng(devices=devices), pyro.validation_enabled(False):
-            graph = make_fx(loss_and_outputs, pre_dispatch=True)(*inputs)
+            try:
+                graph = make_fx(loss_and_outputs, pre_dispatch=True)(*inputs)
+            except RuntimeError as error:
+                if "get value out of a tracing tensor" not in str(error):
+                    raise
+                raise ValueError(
+                    "this loss reads a tensor's value on the host (.item(), float(), bool(): control flow "
+                    "on values), which a recording cannot replay; Pyro's own ELBOs do (torch_item), the "
+                    "library's objectives (ppl_vae.infer.MeanFieldELBO and its subclasses) do not"
+                ) from error
         for node in graph.graph.nodes:
             if node.op == "get_attr":
                 constant = getattr(graph, node.target)

@@ -63,6 +63,15 @@ def test_overhead_runs_one_model_alone(tmp_path):
     result = run_benchmark("overhead.py", tmp_path / "contrastive.json", "--quick", "--models", "contrastive")
     assert list(result["models"]) == ["contrastive"]
     assert result["models"]["contrastive"]["batch_sizes"] == {"target": 16, "background": 16}
+    assert result["models"]["contrastive"]["engine_replay_loss"] is False
+
+
+def test_overhead_replays_the_engine_loss_where_the_model_allows_it(tmp_path):
+    result = run_benchmark("overhead.py", tmp_path / "replay.json", "--quick", "--replay-loss", "--models", "contrastive", "parted")
+    assert result["models"]["contrastive"]["engine_replay_loss"] is True
+    assert result["models"]["parted"]["engine_replay_loss"] is False
+    for model in result["models"].values():
+        assert_timing_row(model["loops"]["engine"])
 
 
 def test_gpu_throughput_says_so_and_exits_cleanly_without_a_gpu(tmp_path):

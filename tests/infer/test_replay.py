@@ -1,0 +1,177 @@
+"""ReplayedLoss: a recorded loss gives the eager loss's values, gradients and per-step tensors,
+reads parameters and buffers as they are, records each batch shape once, and refuses what it
+cannot replay."""
+import pyro
+import pytest
+import torch
+from pyro.infer import TraceMeanField_ELBO
+from torch import nn
+
+from ppl_vae.distributions import IsotropicGaussianPrior, MixtureOfGaussiansPrior
+from ppl_vae.infer import (
+    ContrastiveELBO,
+    DecompositionELBO,
+    LinearCapacity,
+    MeanFieldELBO,
+    PartedELBO,
+    ReplayedLoss,
+)
+from ppl_vae.models.contrastive import ContrastiveVAE
+from ppl_vae.models.decomposition import DecompositionVAE
+from ppl_vae.models.parted import PartedVAE
+from ppl_vae.nn import MLP, mlp_decoder
+
+FEATURES = 10
+
+
+@pytest.fixture(autouse=True)
+def _validation_off():
+    """A replayed loss runs no Pyro validation, so it refuses to run with it on."""
+    with pyro.validation_enabled(False):
+        yield
+
+
+def contrastive() -> tuple[ContrastiveVAE, ContrastiveELBO, list[nn.Module]]:
+    torch.manual_seed(0)
+    model = ContrastiveVAE.mlp((FEATURES,), 2, 2, hidden=8, likelihood="gaussian", likelihood_scale=0.5,
+                               target_size=64, background_size=32)
+    elbo = ContrastiveELBO(gamma=2.0, discriminator="mlp")
+    elbo.auxiliary_steps(model)
+    return model, elbo, [model, elbo.discriminator]
+
+
+def contrastive_batch(rows: int = 16) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(rows)
+    return {"target": torch.randn(rows, FEATURES, generator=generator),
+            "background": torch.randn(rows // 2, FEATURES, generator=generator)}
+
+
+def loss_and_gradients(loss_fn, parameters: list[torch.Tensor], seed: int, **batch) -> tuple[torch.Tensor, list]:
+    for p in parameters:
+        p.grad = None
+    torch.manual_seed(seed)
+    loss = loss_fn(**batch)
+    loss.backward()
+    return loss.detach(), [None if p.grad is None else p.grad.clone() for p in parameters]
+
+
+def assert_same(eager: tuple, replayed: tuple) -> None:
+    torch.testing.assert_close(replayed[0], eager[0])
+    for a, b in zip(eager[1], replayed[1], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(b, a)
+
+
+def test_replayed_contrastive_loss_gradients_and_step_tensors_equal_the_eager_ones():
+    model, elbo, modules = contrastive()
+    parameters = list(model.parameters()) + list(elbo.discriminator.parameters())
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
+    data = contrastive_batch()
+    for seed in (1, 2, 3):
+        eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, seed, **data)
+        eager_terms, eager_samples = dict(elbo.terms), elbo._last_samples
+        assert_same(eager, loss_and_gradients(replayed, parameters, seed, **data))
+        assert elbo.terms.keys() == eager_terms.keys()
+        torch.testing.assert_close(elbo.terms["total_correlation"], eager_terms["total_correlation"])
+        for a, b in zip(eager_samples, elbo._last_samples, strict=True):
+            torch.testing.assert_close(b, a)
+    assert replayed.recordings == 1
+
+
+def test_replay_draws_fresh_noise_on_every_call():
+    model, elbo, modules = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
+    data = contrastive_batch()
+    first, second = replayed(**data), replayed(**data)
+    assert not torch.equal(first, second)
+
+
+def test_replay_reads_the_parameters_and_buffers_as_they_are_at_each_call():
+    model, elbo, modules = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
+    data = contrastive_batch()
+    replayed(**data).backward()
+    torch.optim.SGD(model.parameters(), lr=1e-3).step()
+    with torch.no_grad():
+        model.salient_prior.loc.add_(0.5)
+    parameters = list(model.parameters())
+    eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, 4, **data)
+    assert_same(eager, loss_and_gradients(replayed, parameters, 4, **data))
+
+
+def test_each_batch_shape_is_recorded_once_and_the_oldest_is_dropped_past_the_limit():
+    model, elbo, modules = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules, max_recordings=2)
+    parameters = list(model.parameters())
+    for rows in (16, 8, 16, 4):
+        data = contrastive_batch(rows)
+        eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, rows, **data)
+        assert_same(eager, loss_and_gradients(replayed, parameters, rows, **data))
+    assert replayed.recordings == 2
+
+
+def test_grad_mode_switches_inside_the_loss_are_replayed():
+    """The mixture prior's inclusive KL has a score-function baseline computed without gradients."""
+    torch.manual_seed(0)
+    model = DecompositionVAE(MLP([3, 8], final_activation=nn.ReLU()), mlp_decoder(2, [8], (3,)), 2,
+                             MixtureOfGaussiansPrior.pinwheel(learn=True), "gaussian", 0.5)
+    elbo = DecompositionELBO(beta=0.5, alpha=2.0, divergence="inclusive_kl")
+    replayed = ReplayedLoss(elbo, model.model, model.guide, [model])
+    x = torch.linspace(-1, 1, 48).reshape(16, 3)
+    parameters = list(model.parameters())
+    for seed in (1, 2):
+        eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, seed, x=x)
+        eager_terms = dict(elbo.terms)
+        assert_same(eager, loss_and_gradients(replayed, parameters, seed, x=x))
+        for name, value in eager_terms.items():
+            torch.testing.assert_close(elbo.terms[name], value)
+
+
+def test_the_library_base_objective_is_replayed_and_a_loss_that_reads_values_on_the_host_is_refused():
+    torch.manual_seed(0)
+    model = DecompositionVAE(MLP([3, 8], final_activation=nn.ReLU()), mlp_decoder(2, [8], (3,)), 2,
+                             IsotropicGaussianPrior(2), "gaussian", 0.5)
+    x = torch.linspace(-1, 1, 48).reshape(16, 3)
+    parameters = list(model.parameters())
+    elbo = MeanFieldELBO()
+    eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, 5, x=x)
+    assert_same(eager, loss_and_gradients(ReplayedLoss(elbo, model.model, model.guide, [model]), parameters, 5, x=x))
+    with pytest.raises(ValueError, match="reads a tensor's value on the host"):
+        ReplayedLoss(TraceMeanField_ELBO(), model.model, model.guide, [model])(x=x)
+
+
+def test_components_with_a_training_step_schedule_are_refused():
+    model = PartedVAE.mlp((FEATURES,), z_dim=2, num_classes=3, u_dims=1, hidden=(8,))
+    elbo = PartedELBO(z_capacity=LinearCapacity(0.0, 5.0, 100), u_capacity=LinearCapacity(0.0, 5.0, 100))
+    with pytest.raises(ValueError, match="set_training_step"):
+        ReplayedLoss(elbo, model.model, model.guide, [model])
+
+
+def test_decomposition_over_a_whole_data_set_is_refused():
+    model = DecompositionVAE(MLP([3, 8], final_activation=nn.ReLU()), mlp_decoder(2, [8], (3,)), 2,
+                             IsotropicGaussianPrior(2), "gaussian", 0.5)
+    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", aggregate_data={"x": torch.zeros(32, 3)})
+    with pytest.raises(ValueError, match="aggregate_data"):
+        ReplayedLoss(elbo, model.model, model.guide, [model])
+
+
+def test_calls_it_cannot_replay_faithfully_are_refused():
+    model, elbo, modules = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
+    data = contrastive_batch()
+    with pyro.validation_enabled(True), pytest.raises(RuntimeError, match="validation"):
+        replayed(**data)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="gradients enabled"):
+        replayed(**data)
+    with pytest.raises(ValueError, match="tensors only.*'target'"):
+        replayed(target=[[0.0] * FEATURES])
+    with pytest.raises(ValueError, match="max_recordings"):
+        ReplayedLoss(elbo, model.model, model.guide, modules, max_recordings=0)
+
+
+def test_a_tensor_with_gradients_outside_the_given_modules_is_refused():
+    model, elbo, _ = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, [model])
+    with pytest.raises(ValueError, match="not a parameter or buffer"):
+        replayed(**contrastive_batch())
