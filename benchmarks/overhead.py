@@ -10,10 +10,14 @@ sizes:
 - ``svi``: a plain ``pyro.infer.SVI`` loop with ``pyro.optim.Adam`` and the objective of
   :mod:`ppl_vae.infer`; the objective's auxiliary step (classifier, discriminator) taken by a
   ``torch.optim.Adam`` over ``step.parameters`` on ``step.loss(**batch)``.
-- ``engine``: ``ppl_vae.fit``, timed from inside its run (below); with ``--replay-loss`` the
-  engine records its ELBO loss once and replays it (``TrainConfig.replay_loss``,
-  :mod:`ppl_vae.infer.replay`) for the models that allow it (not PartedVAE, whose capacities
-  change every step).
+- ``plain``: a plain PyTorch loop around the library's loss (:func:`plain_loop`): the
+  objective's ``differentiable_loss`` and auxiliary steps with foreach ``torch.optim.Adam``, no
+  Lightning; what the engine's training step does, so ``engine / plain`` is Lightning's share.
+- ``engine``: ``ppl_vae.fit``, timed from inside its run (below).
+
+With ``--replay-loss`` the ``plain`` loop and the engine record the ELBO loss once and replay
+it (:class:`~ppl_vae.infer.ReplayedLoss`, ``TrainConfig.replay_loss``) for the models that allow
+it (not PartedVAE, whose capacities change every step).
 - ``authors`` (PartedVAE only): the hand-written iteration with the authors' classifier step
   (:func:`authors_parted_iteration`), which reshuffles and copies the whole labelled set on
   every iteration, on the same networks in PyTorch's default layers (NCHW, out-of-place
@@ -78,20 +82,21 @@ from ppl_vae.distributions import IsotropicGaussianPrior
 from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.parted import PartedELBO
-from ppl_vae.infer.replay import replay_obstacle
+from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity
-from ppl_vae.infer.steps import auxiliary_modules, auxiliary_steps
+from ppl_vae.infer.steps import auxiliary_modules, auxiliary_steps, set_training_step
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.nn import ConvDecoder, ConvEncoder
 from ppl_vae.recipes.contrastive import grassy_likelihood_scale
+from ppl_vae.train.module import without_param_registration
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "overhead.json"
 DSPRITES_IMAGES = 737_280
 SHAPE = 1  # column of dSprites' shape factor
 Step = Callable[[], None]
-LOOP_ORDER = ("torch", "svi", "engine", "authors")
+LOOP_ORDER = ("torch", "svi", "plain", "engine", "authors")
 
 
 class BatchSampler:
@@ -525,6 +530,46 @@ def svi_loop(workload: Workload) -> Step:
     return iteration
 
 
+def plain_loop(workload: Workload, replay: bool) -> Step:
+    """One iteration of a plain PyTorch loop around the library's loss: the objective's
+    ``differentiable_loss`` (recorded once and replayed, :class:`~ppl_vae.infer.ReplayedLoss`,
+    with ``replay``) and its auxiliary steps, each with one foreach ``torch.optim.Adam``, as the
+    engine runs them but without Lightning; Pyro's validation off."""
+    model, objective = workload.build()
+    samplers = workload.samplers()
+    model_fn, guide_fn = without_param_registration(model, "model"), without_param_registration(model, "guide")
+    if replay:
+        loss_fn = ReplayedLoss(objective, model_fn, guide_fn, [model, *auxiliary_modules(objective).values()])
+    else:
+        loss_fn = functools.partial(objective.differentiable_loss, model_fn, guide_fn)
+    optimizer = _adam(model.parameters(), workload.lr)
+    extra = [(step, _adam(step.parameters, step.lr or workload.lr)) for step in auxiliary_steps(objective, model)]
+    claimed = {step.data_group for step, _ in extra if step.data_group is not None}
+    elbo_groups = [name for name in samplers if name not in claimed]
+    counter = itertools.count()
+
+    def take(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    def iteration() -> None:
+        set_training_step(next(counter), model, objective)
+        batch: dict[str, torch.Tensor] = {}
+        for name in elbo_groups:
+            batch.update(samplers[name]())
+        with pyro.validation_enabled(False):
+            for step, step_optimizer in extra:
+                if step.when == "before":
+                    take(step_optimizer, step.loss(**(samplers[step.data_group]() if step.data_group else batch)))
+            take(optimizer, loss_fn(**batch))
+            for step, step_optimizer in extra:
+                if step.when == "after":
+                    take(step_optimizer, step.loss(**(samplers[step.data_group]() if step.data_group else batch)))
+
+    return iteration
+
+
 def time_hand_written(workload: Workload, steps: int, warmup: int, device: torch.device | str = "cpu") -> float:
     """Seconds per iteration of the hand-written PyTorch loop, networks and data on ``device``."""
     return _time_steps(hand_written_loop(workload, device), steps, warmup, device)
@@ -633,7 +678,8 @@ def measure(
     per_round = []
     for index in range(rounds):
         pyro.clear_param_store()
-        others = {"torch": hand_written_loop(workload), "svi": svi_loop(workload)}
+        replay = bool(engine_settings.get("replay_loss"))
+        others = {"torch": hand_written_loop(workload), "svi": svi_loop(workload), "plain": plain_loop(workload, replay)}
         if workload.authors is not None:
             others["authors"] = authors_loop(workload)
         timer = InterleavedTimer(others, warmup)

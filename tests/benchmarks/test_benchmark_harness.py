@@ -43,7 +43,7 @@ def test_overhead_times_every_loop_of_every_model(tmp_path):
     result = run_benchmark("overhead.py", tmp_path / "overhead.json", "--quick")
     assert set(result["models"]) == {"decomposition", "parted", "contrastive"}
     for name, model in result["models"].items():
-        expected = {"torch", "svi", "engine"} | ({"authors"} if name == "parted" else set())
+        expected = {"torch", "svi", "plain", "engine"} | ({"authors"} if name == "parted" else set())
         assert set(model["loops"]) == expected
         for row in model["loops"].values():
             assert_timing_row(row)
