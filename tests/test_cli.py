@@ -42,12 +42,20 @@ def test_resume_continues_a_run_from_its_directory(tmp_path):
         (["train", "--resume", "/nonexistent/run"], "cannot resume"),
         (["evaluate", "/nonexistent/run"], "cannot resume"),
         (["train"], "train needs MODEL or --resume"),
+        (["train", "parted", "--demo-settings", "--steps", "1", "--set", "train.replay_loss=true"], "set_training_step"),
     ],
 )
 def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_replayed_loss_trains_a_recipe_from_the_command_line(tmp_path):
+    run = tmp_path / "run"
+    assert main(["train", "vae", "--run-dir", str(run), *TINY, "--set", "train.replay_loss=true"]) == 0
+    assert json.loads((run / "config.json").read_text())["config"]["train"]["replay_loss"] is True
+    assert json.loads((run / "metrics.json").read_text())["final_losses"]["step"] == 4
 
 
 def test_existing_run_directory_needs_overwrite(tmp_path, capsys):

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pyro.infer import TraceMeanField_ELBO
 from torch import nn
 
 from ppl_vae.checks import DEFAULT_STATISTICS, per_class_mass, posterior_predictive_check, save_ppc_plot
 from ppl_vae.infer.contrastive import ContrastiveELBO
+from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.metrics import silhouette
 from ppl_vae.models import VAE
 from ppl_vae.models.contrastive import ContrastiveVAE
@@ -185,7 +185,7 @@ def build(config: ContrastiveConfig) -> Experiment:
                             scale if images else 1.0, len(target))
             vae_data = target if images else torch.log1p(target)
             with torch.enable_grad():
-                fit(vae, TraceMeanField_ELBO(), {"x": vae_data}, config.train.single_process(), progress_bar=False)
+                fit(vae, MeanFieldELBO(), {"x": vae_data}, config.train.single_process(), progress_bar=False)
             figures["silhouette_plain_vae"] = silhouette(vae.encode(vae_data[:2000]), y)
         return figures
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pyro.infer import TraceMeanField_ELBO
 
+from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.metrics import factor_score
 from ppl_vae.models import VAE
 from ppl_vae.recipes.base import Experiment, Recipe
@@ -69,7 +70,7 @@ def build(config: VAEConfig) -> Experiment:
             figures["factor_score"] = result.score
         return figures
 
-    return Experiment(model, TraceMeanField_ELBO(), {"x": data.x}, evaluate)
+    return Experiment(model, MeanFieldELBO(), {"x": data.x}, evaluate)
 
 
 def demo() -> VAEConfig:
