@@ -1,14 +1,16 @@
-"""Training throughput of the same VAE three ways, plus the dSprites render time.
+"""Training throughput of the same VAE four ways, plus the dSprites render time.
 
 A conv VAE (the Decomposition/PartedVAE 64x64 networks, Bernoulli likelihood, analytic
 KL, Adam) on dSprites images, trained
 
 - ``torch``: a hand-written PyTorch loop (BCE-with-logits + closed-form KL, one Adam);
 - ``svi``: a plain ``pyro.infer.SVI`` loop with ``TraceMeanField_ELBO`` and ``pyro.optim.Adam``;
+- ``plain``: the same objective's ``differentiable_loss`` in a plain PyTorch loop with torch's
+  Adam (:func:`overhead.plain_loop`, no Lightning);
 - ``engine``: ``ppl_vae.fit`` (Lightning, torch Adam, device-resident batches).
 
-The three are timed by ``overhead.measure`` (interleaved step by step in one process,
-engine, torch, svi, engine, ...), each round timing ``--steps`` steps after ``--warmup``;
+The four are timed by ``overhead.measure`` (interleaved step by step in one process,
+engine, torch, svi, plain, engine, ...), each round timing ``--steps`` steps after ``--warmup``;
 the medians over rounds of each round's median (with min/max) and the paired ratio (median
 over all timed steps of ``loop_i / torch_i``) are printed and written as JSON.
 

@@ -4,12 +4,15 @@ dSprites 64x64 (the whole set by default, stored as bool and resident on the GPU
 engine's ``data_on_device=True``, no DataLoader, no host-to-device copies), batch 64 and 512,
 the workloads of :mod:`overhead`: DecompositionVAE with the MMD term, PartedVAE with the
 authors' dSprites settings and its classifier step on a labelled set of 0.5% of dSprites.
-Three loops are alternated per setting:
+The loops are alternated per setting:
 
 - ``engine``: ``ppl_vae.fit(..., device="cuda", data_on_device=True)`` with a timing callback
   that synchronises the device at the first timed batch and at the last;
 - ``engine_bf16``: the same with ``precision="bf16-mixed"`` (networks in bfloat16, losses in
   float32);
+- ``engine_replay`` (DecompositionVAE; PartedVAE's loss changes every step): the float32
+  engine with ``replay_loss=True``, its ELBO loss recorded once and replayed
+  (:class:`~ppl_vae.infer.ReplayedLoss`), which saves the per-step Python that a GPU waits on;
 - ``torch``: the hand-written float32 PyTorch iteration of :mod:`overhead` with the same
   networks and losses, data on the GPU (the floor).
 
@@ -49,6 +52,7 @@ from overhead import (  # noqa: E402
 from reporting import machine_description, write_results  # noqa: E402
 
 from ppl_vae.data import DSprites  # noqa: E402
+from ppl_vae.infer import auxiliary_modules, replay_obstacle  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "gpu_throughput.json"
 TARGET_IMAGES_PER_SECOND = 50_000
@@ -71,12 +75,15 @@ def build_workloads(batch_size: int, images: torch.Tensor, labelled: dict[str, t
 
 
 def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: str) -> dict[str, dict]:
-    """Seconds per iteration of ``engine``, ``engine_bf16`` and ``torch``, alternated ``rounds`` times."""
+    """Seconds per iteration of each loop (module docstring), alternated ``rounds`` times."""
     loops = {
         "engine": lambda: time_engine(workload, steps, warmup, device=device),
         "engine_bf16": lambda: time_engine(workload, steps, warmup, device=device, precision="bf16-mixed"),
         "torch": lambda: time_hand_written(workload, steps, warmup, device=device),
     }
+    model, objective = workload.build()
+    if replay_obstacle(objective, [model, *auxiliary_modules(objective).values()]) is None:
+        loops["engine_replay"] = lambda: time_engine(workload, steps, warmup, device=device, replay_loss=True)
     seconds: dict[str, list[float]] = {name: [] for name in loops}
     for index in range(rounds):
         for name, run in loops.items():

@@ -84,7 +84,8 @@ def test_gpu_throughput_harness_measures_both_models_on_the_cpu(tmp_path):
     result = run_benchmark("gpu_throughput.py", tmp_path / "gpu_cpu.json", "--quick", "--device", "cpu")
     assert {(row["model"], row["batch_size"]) for row in result["rows"]} == {("parted", 8), ("decomposition", 8)}
     for row in result["rows"]:
-        assert set(row["loops"]) == {"engine", "engine_bf16", "torch"}
+        replayed = {"engine_replay"} if row["model"] == "decomposition" else set()
+        assert set(row["loops"]) == {"engine", "engine_bf16", "torch"} | replayed
         for loop in row["loops"].values():
             assert_timing_row(loop)
             assert loop["epoch_seconds"] == pytest.approx(737_280 / loop["images_per_second"])
@@ -100,11 +101,11 @@ def test_whole_data_passes_report_memory_and_time_per_size(tmp_path):
         assert row["seconds"] >= 0 and row["rss_delta_mib"] >= 0
 
 
-def test_engine_throughput_compares_three_loops(tmp_path):
+def test_engine_throughput_compares_four_loops(tmp_path):
     result = run_benchmark(
         "engine_throughput.py", tmp_path / "engine.json", "--quick", "--threads", "1", "--batch-size", "8"
     )
-    assert set(result["throughput"]) == {"torch", "svi", "engine"}
+    assert set(result["throughput"]) == {"torch", "svi", "plain", "engine"}
     assert result["throughput"]["torch"]["ratio_to_torch"] == pytest.approx(1.0)
     assert result["throughput"]["torch"]["paired_ratio_to_torch"] == pytest.approx(1.0)
     assert result["render"]["images"] > 0
