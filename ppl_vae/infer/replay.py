@@ -86,15 +86,23 @@ def _same_shape(a: Any, b: Any) -> bool:
     return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape and va.dtype == vb.dtype
 
 
+def _mutated(node: fx.Node) -> bool:
+    """Whether an in-place operation writes to ``node``'s output (then it must stay a copy)."""
+    return any(
+        isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable for user in node.users
+    )
+
+
 def _simplify(graph_module: fx.GraphModule) -> fx.GraphModule:
     """Drop the nodes of a recording that compute nothing, each replaced by its input: views,
     expansions and broadcasts to the shape their input already has, arithmetic by the identity
     (``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``), and copies of constants that nothing reads;
-    then dead code. Every value the graph returns is unchanged."""
+    then dead code. A node that an in-place operation writes to is kept. Every value the graph
+    returns is unchanged."""
     graph = graph_module.graph
     aten = torch.ops.aten
     for node in list(graph.nodes):
-        if node.op != "call_function":
+        if node.op != "call_function" or _mutated(node):
             continue
         if node.target in _VIEW_NO_OPS and _same_shape(node.args[0], node):
             node.replace_all_uses_with(node.args[0])

@@ -6,6 +6,7 @@ import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from ppl_vae.distributions import IsotropicGaussianPrior, MixtureOfGaussiansPrior
 from ppl_vae.infer import (
@@ -16,6 +17,7 @@ from ppl_vae.infer import (
     PartedELBO,
     ReplayedLoss,
 )
+from ppl_vae.infer.replay import _simplify
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
@@ -175,3 +177,16 @@ def test_a_tensor_with_gradients_outside_the_given_modules_is_refused():
     replayed = ReplayedLoss(elbo, model.model, model.guide, [model])
     with pytest.raises(ValueError, match="not a parameter or buffer"):
         replayed(**contrastive_batch())
+
+
+def test_simplification_keeps_copies_that_an_in_place_operation_writes_to():
+    def scaled_then_rectified(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        y.relu_()
+        return y + 0.0
+
+    graph = _simplify(make_fx(scaled_then_rectified, pre_dispatch=True)(torch.randn(5)))
+    x = torch.tensor([-1.0, 2.0, -3.0, 4.0, 0.5])
+    torch.testing.assert_close(graph(x), x.clamp_min(0.0))
+    torch.testing.assert_close(x, torch.tensor([-1.0, 2.0, -3.0, 4.0, 0.5]))
+    assert [str(n.target) for n in graph.graph.nodes if n.op == "call_function"] == ["aten.mul.Tensor", "aten.relu_.default"]
