@@ -45,6 +45,7 @@ from overhead import (  # noqa: E402
     Workload,
     decomposition_workload,
     parted_workload,
+    replayable,
     summarise,
     time_engine,
     time_hand_written,
@@ -52,7 +53,6 @@ from overhead import (  # noqa: E402
 from reporting import machine_description, write_results  # noqa: E402
 
 from ppl_vae.data import DSprites  # noqa: E402
-from ppl_vae.infer import auxiliary_modules, replay_obstacle  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "gpu_throughput.json"
 TARGET_IMAGES_PER_SECOND = 50_000
@@ -81,8 +81,7 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: st
         "engine_bf16": lambda: time_engine(workload, steps, warmup, device=device, precision="bf16-mixed"),
         "torch": lambda: time_hand_written(workload, steps, warmup, device=device),
     }
-    model, objective = workload.build()
-    if replay_obstacle(objective, [model, *auxiliary_modules(objective).values()]) is None:
+    if replayable(workload):
         loops["engine_replay"] = lambda: time_engine(workload, steps, warmup, device=device, replay_loss=True)
     seconds: dict[str, list[float]] = {name: [] for name in loops}
     for index in range(rounds):

@@ -14,15 +14,15 @@ sizes:
   objective's ``differentiable_loss`` and auxiliary steps with foreach ``torch.optim.Adam``, no
   Lightning; what the engine's training step does, so ``engine / plain`` is Lightning's share.
 - ``engine``: ``ppl_vae.fit``, timed from inside its run (below).
-
-With ``--replay-loss`` the ``plain`` loop and the engine record the ELBO loss once and replay
-it (:class:`~ppl_vae.infer.ReplayedLoss`, ``TrainConfig.replay_loss``) for the models that allow
-it (not PartedVAE, whose capacities change every step).
 - ``authors`` (PartedVAE only): the hand-written iteration with the authors' classifier step
   (:func:`authors_parted_iteration`), which reshuffles and copies the whole labelled set on
   every iteration, on the same networks in PyTorch's default layers (NCHW, out-of-place
   ReLUs; the library's conv networks run channels-last with in-place ReLUs,
   :mod:`ppl_vae.nn.conv`).
+
+With ``--replay-loss`` the ``plain`` loop and the engine record the ELBO loss once and replay
+it (:class:`~ppl_vae.infer.ReplayedLoss`, ``TrainConfig.replay_loss``) for the models that allow
+it (not PartedVAE, whose capacities change every step).
 
 Workloads (NOTES Sec. 1-3):
 
@@ -496,76 +496,91 @@ def own_param_store(contents: tuple[dict, dict, dict]):
         store._params, store._param_to_name, store._constraints = saved
 
 
+def _take_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+class AuxiliarySteps:
+    """An objective's auxiliary steps (classifier, discriminator) as the engine takes them, each
+    by its own foreach ``torch.optim.Adam`` on ``step.loss(**batch)``, and the data groups left
+    to the ELBO step."""
+
+    def __init__(self, objective: Any, model: nn.Module, samplers: Mapping[str, BatchSampler], lr: float) -> None:
+        self.samplers = samplers
+        self.steps = [(step, _adam(step.parameters, step.lr or lr)) for step in auxiliary_steps(objective, model)]
+        claimed = {step.data_group for step, _ in self.steps if step.data_group is not None}
+        self.elbo_groups = [name for name in samplers if name not in claimed]
+
+    def elbo_batch(self) -> dict[str, torch.Tensor]:
+        """One batch of every data group the ELBO step reads, merged into one dict."""
+        batch: dict[str, torch.Tensor] = {}
+        for name in self.elbo_groups:
+            batch.update(self.samplers[name]())
+        return batch
+
+    def take(self, when: str, elbo_batch: dict[str, torch.Tensor]) -> None:
+        """The steps that run ``when`` (``"before"`` or ``"after"``) the ELBO step, each on a batch
+        of its own data group or, without one, on the ELBO step's batch."""
+        for step, optimizer in self.steps:
+            if step.when == when:
+                batch = self.samplers[step.data_group]() if step.data_group is not None else elbo_batch
+                _take_step(optimizer, step.loss(**batch))
+
+
 def svi_loop(workload: Workload) -> Step:
-    """One iteration of ``SVI.step`` (``pyro.optim.Adam``) plus the objective's auxiliary steps,
-    each by a ``torch.optim.Adam`` on ``step.loss(**batch)``, on fresh networks, with Pyro's
-    validation off and a param store of its own (:func:`own_param_store`)."""
+    """One iteration of ``SVI.step`` (``pyro.optim.Adam``) plus the objective's auxiliary steps
+    (:class:`AuxiliarySteps`), on fresh networks, with Pyro's validation off for the SVI step and
+    a param store of its own (:func:`own_param_store`)."""
     contents: tuple[dict, dict, dict] = ({}, {}, {})
     model, objective = workload.build()
-    samplers = workload.samplers()
     svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": workload.lr}), objective)
-    extra = [(step, _adam(step.parameters, step.lr or workload.lr)) for step in auxiliary_steps(objective, model)]
-    claimed = {step.data_group for step, _ in extra if step.data_group is not None}
-    elbo_groups = [name for name in samplers if name not in claimed]
-
-    def auxiliary(step, optimizer, elbo_batch: dict[str, torch.Tensor]) -> None:
-        batch = samplers[step.data_group]() if step.data_group is not None else elbo_batch
-        optimizer.zero_grad(set_to_none=True)
-        step.loss(**batch).backward()
-        optimizer.step()
+    auxiliary = AuxiliarySteps(objective, model, workload.samplers(), workload.lr)
 
     def iteration() -> None:
-        batch: dict[str, torch.Tensor] = {}
-        for name in elbo_groups:
-            batch.update(samplers[name]())
-        for step, optimizer in extra:
-            if step.when == "before":
-                auxiliary(step, optimizer, batch)
+        batch = auxiliary.elbo_batch()
+        auxiliary.take("before", batch)
         with pyro.validation_enabled(False), own_param_store(contents):
             svi.step(**batch)
-        for step, optimizer in extra:
-            if step.when == "after":
-                auxiliary(step, optimizer, batch)
+        auxiliary.take("after", batch)
 
     return iteration
+
+
+def recorded_modules(model: nn.Module, objective: Any) -> list[nn.Module]:
+    """The modules whose parameters and buffers a replayed loss reads, as the engine passes them."""
+    return [model, *auxiliary_modules(objective).values()]
+
+
+def replayable(workload: Workload) -> bool:
+    """Whether the workload's loss can be recorded once and replayed (:func:`~ppl_vae.infer.replay_obstacle`)."""
+    model, objective = workload.build()
+    return replay_obstacle(objective, recorded_modules(model, objective)) is None
 
 
 def plain_loop(workload: Workload, replay: bool) -> Step:
     """One iteration of a plain PyTorch loop around the library's loss: the objective's
     ``differentiable_loss`` (recorded once and replayed, :class:`~ppl_vae.infer.ReplayedLoss`,
-    with ``replay``) and its auxiliary steps, each with one foreach ``torch.optim.Adam``, as the
-    engine runs them but without Lightning; Pyro's validation off."""
+    with ``replay``) and its auxiliary steps (:class:`AuxiliarySteps`), with foreach
+    ``torch.optim.Adam``, as the engine runs them but without Lightning; Pyro's validation off."""
     model, objective = workload.build()
-    samplers = workload.samplers()
     model_fn, guide_fn = without_param_registration(model, "model"), without_param_registration(model, "guide")
     if replay:
-        loss_fn = ReplayedLoss(objective, model_fn, guide_fn, [model, *auxiliary_modules(objective).values()])
+        loss_fn = ReplayedLoss(objective, model_fn, guide_fn, recorded_modules(model, objective))
     else:
         loss_fn = functools.partial(objective.differentiable_loss, model_fn, guide_fn)
     optimizer = _adam(model.parameters(), workload.lr)
-    extra = [(step, _adam(step.parameters, step.lr or workload.lr)) for step in auxiliary_steps(objective, model)]
-    claimed = {step.data_group for step, _ in extra if step.data_group is not None}
-    elbo_groups = [name for name in samplers if name not in claimed]
+    auxiliary = AuxiliarySteps(objective, model, workload.samplers(), workload.lr)
     counter = itertools.count()
-
-    def take(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
 
     def iteration() -> None:
         set_training_step(next(counter), model, objective)
-        batch: dict[str, torch.Tensor] = {}
-        for name in elbo_groups:
-            batch.update(samplers[name]())
+        batch = auxiliary.elbo_batch()
         with pyro.validation_enabled(False):
-            for step, step_optimizer in extra:
-                if step.when == "before":
-                    take(step_optimizer, step.loss(**(samplers[step.data_group]() if step.data_group else batch)))
-            take(optimizer, loss_fn(**batch))
-            for step, step_optimizer in extra:
-                if step.when == "after":
-                    take(step_optimizer, step.loss(**(samplers[step.data_group]() if step.data_group else batch)))
+            auxiliary.take("before", batch)
+            _take_step(optimizer, loss_fn(**batch))
+            auxiliary.take("after", batch)
 
     return iteration
 
@@ -676,9 +691,9 @@ def measure(
     torch, svi, [authors,] engine, ...), so a change in the machine's load reaches every loop
     alike, and iteration i of one loop can be paired with iteration i of another."""
     per_round = []
+    replay = bool(engine_settings.get("replay_loss"))
     for index in range(rounds):
         pyro.clear_param_store()
-        replay = bool(engine_settings.get("replay_loss"))
         others = {"torch": hand_written_loop(workload), "svi": svi_loop(workload), "plain": plain_loop(workload, replay)}
         if workload.authors is not None:
             others["authors"] = authors_loop(workload)
@@ -746,12 +761,6 @@ def dsprites_images(count: int, seed: int) -> dict[str, torch.Tensor]:
     return DSprites().tensors(indices, dtype=torch.bool)
 
 
-def _objective_and_modules(workload: Workload) -> tuple[Any, list[nn.Module]]:
-    """A fresh objective and the modules the engine would record its loss over."""
-    model, objective = workload.build()
-    return objective, [model, *auxiliary_modules(objective).values()]
-
-
 def workloads(args: argparse.Namespace) -> list[Workload]:
     """The workloads named in ``args.models``, at the sizes of ``args``."""
     built = []
@@ -799,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for workload in workloads(args):
-        replay = args.replay_loss and replay_obstacle(*_objective_and_modules(workload)) is None
+        replay = args.replay_loss and replayable(workload)
         per_round = measure(workload, args.steps, args.warmup, args.rounds, replay_loss=replay)
         round_medians = {name: [statistics.median(seconds[name]) for seconds in per_round] for name in per_round[0]}
         rows = summarise(round_medians, sum(workload.batch_sizes.values()))
