@@ -17,7 +17,7 @@ from ppl_vae.infer import (
     PartedELBO,
     ReplayedLoss,
 )
-from ppl_vae.infer.replay import _simplify
+from ppl_vae.infer.replay import _simplify, python_binding
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
@@ -190,3 +190,36 @@ def test_simplification_keeps_copies_that_an_in_place_operation_writes_to():
     torch.testing.assert_close(graph(x), x.clamp_min(0.0))
     torch.testing.assert_close(x, torch.tensor([-1.0, 2.0, -3.0, 4.0, 0.5]))
     assert [str(n.target) for n in graph.graph.nodes if n.op == "call_function"] == ["aten.mul.Tensor", "aten.relu_.default"]
+
+
+def test_simplification_drops_grad_switches_and_expansions_that_change_nothing():
+    def centred(x: torch.Tensor, loc: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            pass
+        with torch.no_grad():
+            offset = x.sum() * 0.0
+        return (x - loc.expand(x.shape)).pow(2).sum() + offset
+
+    x, loc = torch.randn(4, 3), torch.randn(3, requires_grad=True)
+    graph = _simplify(make_fx(centred, pre_dispatch=True)(x, loc))
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.expand.default not in targets
+    assert targets.count(torch._C._set_grad_enabled) == 2
+    replayed = graph(x, loc)
+    replayed.backward()
+    torch.testing.assert_close(replayed, centred(x, loc.detach()))
+    torch.testing.assert_close(loc.grad, -2 * (x - loc.detach()).sum(0))
+    assert torch.is_grad_enabled()
+
+
+def test_recorded_operators_are_called_through_their_generated_python_bindings():
+    assert python_binding(torch.ops.aten.add.Tensor) is torch._C._VariableFunctions.add
+    assert python_binding(torch.ops.aten.linear.default) is torch._C._nn.linear
+    assert python_binding(torch.ops.aten.normal_.default) is torch._C.TensorBase.normal_
+    assert python_binding(torch.ops.aten.index.Tensor) is None
+    assert python_binding(torch.ops.prims.add.default) is None
+    model, elbo, modules = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
+    replayed(**contrastive_batch())
+    (graph, _), = replayed._recordings.values()
+    assert not [n for n in graph.graph.nodes if isinstance(n.target, torch._ops.OpOverload)]
