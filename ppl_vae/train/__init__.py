@@ -1,5 +1,5 @@
 """The training engine: Lightning, checkpoints, run directories. Nothing else imports Lightning."""
-from ppl_vae.train.batches import TensorBatches, as_groups
+from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_checkpoint
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.environment import drop_nvml_check_without_nvml
@@ -12,6 +12,7 @@ drop_nvml_check_without_nvml()  # Lightning, imported above, set it
 
 __all__ = [
     "AtomicCheckpointIO",
+    "BatchBlocks",
     "CheckpointError",
     "FitResult",
     "NonFiniteLossError",

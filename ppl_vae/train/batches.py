@@ -6,6 +6,7 @@ indexing them there avoids DataLoader workers and host-to-device copies altogeth
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from math import ceil
 
 import torch
 
@@ -186,3 +187,41 @@ class TensorBatches:
             name: {key: t.to(device) for key, t in group.items()} for name, group in self.groups.items()
         }
         return self
+
+
+class BatchBlocks:
+    """The minibatches of a :class:`TensorBatches` in blocks of ``size`` consecutive ones:
+    each item is a list of up to ``size`` minibatches (the last block of a run may be
+    shorter), so that one Lightning training step can take several training iterations.
+
+    It reads ``batches`` lazily, so sharding, moving, pinning or seeking ``batches`` after
+    the blocks were made is seen by them; a run resumed at iteration ``t`` gets blocks that
+    start at ``t``.
+    """
+
+    def __init__(self, batches: TensorBatches, size: int) -> None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"size must be a positive integer, got {size!r}")
+        self.batches = batches
+        self.size = size
+
+    def __len__(self) -> int:
+        return ceil(len(self.batches) / self.size)
+
+    def __iter__(self) -> Iterator[list[dict[str, dict[str, torch.Tensor]]]]:
+        block: list[dict[str, dict[str, torch.Tensor]]] = []
+        for batch in self.batches:
+            block.append(batch)
+            if len(block) == self.size:
+                yield block
+                block = []
+        if block:
+            yield block
+
+    def state_dict(self) -> dict[str, int]:
+        """The batch order a checkpoint records (:meth:`TensorBatches.state_dict`)."""
+        return self.batches.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Check a resumed run's batch order (:meth:`TensorBatches.load_state_dict`)."""
+        self.batches.load_state_dict(state)

@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
@@ -34,6 +35,25 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+class IterationCheckpoint(L.Callback):
+    """Writes the checkpoint ``path`` after every Lightning training step at whose end the
+    training module says one is due (``module.checkpoint_due``: the step's iterations
+    crossed a multiple of ``checkpoint_every_n_steps``, and its values were checked).
+
+    It counts training iterations, not optimiser steps, so it needs no conversion for
+    objectives with auxiliary steps nor for several iterations per training step. Every
+    process calls :meth:`~lightning.pytorch.Trainer.save_checkpoint` (which writes on rank 0
+    only), as data parallelism needs.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
+        if module.checkpoint_due:
+            trainer.save_checkpoint(self.path)
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

@@ -27,8 +27,16 @@ class TrainConfig:
         data larger than device memory.
     :param log_every_n_steps: per-term losses are averaged on the device and written
         every this many iterations (no host synchronisation in between).
-    :param checkpoint_every_n_steps: write ``checkpoints/last.ckpt`` this often; a run
-        interrupted at any time loses at most this many iterations.
+    :param checkpoint_every_n_steps: write ``checkpoints/last.ckpt`` this often (at the end
+        of the first training step at or after each multiple, see
+        ``iterations_per_training_step``); a run interrupted at any time loses at most this
+        many iterations (plus ``iterations_per_training_step - 1``).
+    :param iterations_per_training_step: training iterations taken in one Lightning training
+        step. Lightning's per-batch loop and hooks cost about 1 ms on a CPU; for small models
+        whose iteration takes a few milliseconds, taking several iterations per training step
+        spreads that cost over them. Callbacks' ``on_train_batch_*`` hooks then see a block of
+        this many minibatches (a list) and run once per block; ``module.iteration`` counts
+        iterations either way.
     :param precision: ``"32-true"`` (float32 throughout) or ``"bf16-mixed"``: the networks'
         linear and convolution layers run in bfloat16 under ``torch.autocast`` (CPUs with
         AMX or AVX512-BF16, recent GPUs), while parameters, optimiser state, every
@@ -57,6 +65,7 @@ class TrainConfig:
     data_on_device: bool = True
     log_every_n_steps: int = 50
     checkpoint_every_n_steps: int = 500
+    iterations_per_training_step: int = 1
     precision: str = "32-true"
     validate: bool = False
     replay_loss: bool = False
@@ -71,6 +80,7 @@ class TrainConfig:
             "num_nodes": self.num_nodes,
             "log_every_n_steps": self.log_every_n_steps,
             "checkpoint_every_n_steps": self.checkpoint_every_n_steps,
+            "iterations_per_training_step": self.iterations_per_training_step,
         }
         for name, value in positive.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

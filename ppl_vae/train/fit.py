@@ -11,12 +11,11 @@ from typing import Any
 import lightning as L
 import pyro
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
-from ppl_vae.train.batches import TensorBatches, as_groups
-from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_checkpoint
+from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
+from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import launch_rank, training_strategy
 from ppl_vae.train.module import SVIModule, architecture
@@ -25,10 +24,8 @@ from ppl_vae.train.run_dir import RunDirectory
 _LIGHTNING_NOISE = (
     ".*`training_step` returns `None`.*",
     ".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*",
-    ".*Using ModelCheckpoint with manual optimization.*",
     ".*Experiment logs directory .* exists and is not empty.*",
     ".*`weights_only` was not set.*",
-    ".*Checkpoint directory .* exists and is not empty.*",
 )
 
 
@@ -179,18 +176,9 @@ def fit(
     elif resume:
         raise ValueError("resume=True needs the run_dir to resume from")
 
-    num_optimizers = 1 + len(module.steps)
     callbacks = list(callbacks)
     if run is not None:
-        callbacks.append(
-            ModelCheckpoint(
-                dirpath=run.checkpoints,
-                filename="last",
-                every_n_train_steps=config.checkpoint_every_n_steps * num_optimizers,
-                save_top_k=1,
-                enable_version_counter=False,
-            )
-        )
+        callbacks.append(IterationCheckpoint(run.last_checkpoint))
     trainer = L.Trainer(
         accelerator=_accelerator(config.device),
         devices=config.devices,
@@ -201,7 +189,7 @@ def fit(
         precision=config.precision,
         logger=CSVLogger(run.path, name="", version="") if run is not None else False,
         callbacks=callbacks,
-        enable_checkpointing=run is not None,
+        enable_checkpointing=False,
         plugins=[AtomicCheckpointIO()],
         enable_progress_bar=config.progress_bar,
         enable_model_summary=False,
@@ -217,7 +205,7 @@ def fit(
                 warnings.filterwarnings("ignore", message=noise)
             trainer.fit(
                 module,
-                train_dataloaders=batches,
+                train_dataloaders=BatchBlocks(batches, config.iterations_per_training_step),
                 ckpt_path=str(run.last_checkpoint) if resume else None,
                 weights_only=False,
             )

@@ -9,7 +9,6 @@ the ELBO step, each with its own optimiser and its own parameters.
 from __future__ import annotations
 
 import functools
-import math
 import random
 import types
 from collections.abc import Callable
@@ -19,6 +18,9 @@ import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import SingleDeviceStrategy
 from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
@@ -38,6 +40,25 @@ from ppl_vae.train.distributed import mean_over_processes, seed_process
 
 class NonFiniteLossError(FloatingPointError):
     """A loss or gradient became NaN or infinite; the message names the step and terms."""
+
+
+Batch = dict[str, dict[str, torch.Tensor]]
+
+_STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+
+
+def step_hook_overrides(trainer: L.Trainer, module: L.LightningModule) -> list[str]:
+    """The callbacks (by class name) and the module whose classes override one of
+    Lightning's backward/optimiser-step hooks (``on_before_backward``, ``on_after_backward``,
+    ``on_before_optimizer_step``; for the module also ``backward``)."""
+    overriding = [
+        type(callback).__name__
+        for callback in trainer.callbacks
+        if any(getattr(type(callback), hook) is not getattr(L.Callback, hook) for hook in _STEP_HOOKS)
+    ]
+    if any(getattr(type(module), hook) is not getattr(L.LightningModule, hook) for hook in (*_STEP_HOOKS, "backward")):
+        overriding.append(type(module).__name__)
+    return overriding
 
 
 def _rng_state() -> dict[str, Any]:
@@ -105,14 +126,25 @@ class SVIModule(L.LightningModule):
     Each training iteration takes the objective's ``"before"`` auxiliary steps, one ELBO
     step on every data group that no auxiliary step claims, then the ``"after"`` steps.
     Every step zeroes the gradients of its own optimiser's parameters before its backward
-    pass and changes only those parameters.
+    pass and changes only those parameters. One Lightning training step takes a block of
+    ``config.iterations_per_training_step`` iterations (:class:`~ppl_vae.train.batches.BatchBlocks`).
 
     ``model.model`` and ``model.guide`` are called without Pyro's per-step parameter
-    registration where that is safe (:func:`without_param_registration`).
+    registration where that is safe (:func:`without_param_registration`). On one device in
+    float32, where neither a callback nor the module overrides Lightning's backward and
+    optimiser-step hooks (:func:`step_hook_overrides`), each step calls ``loss.backward()``
+    and the torch optimiser directly instead of going through Lightning's strategy and
+    precision plugin (which would only call those hooks around the same two calls);
+    ``trainer.global_step`` counts the optimiser steps either way.
 
-    Per-term losses (the objective's ``terms`` plus each auxiliary loss) are summed on the
-    device and averaged over ``log_every_n_steps`` iterations before they are read, so the
-    host waits on the device once per logging interval, not once per term per step.
+    Per-term losses (the objective's ``terms`` plus each step's loss) are kept on the
+    device, one detached value per iteration, and averaged over ``log_every_n_steps``
+    iterations before they are read, so the host waits on the device once per logging
+    interval, not once per term per step. At the end of each logging interval, and before
+    each checkpoint, the kept values and the current gradients are checked for NaN and inf:
+    :class:`NonFiniteLossError` names the first iteration with a non-finite value, the
+    values that were, and the parameters whose gradients are, and a non-finite value never
+    reaches a checkpoint.
 
     On several processes (DDP) each process trains on its own rows of the global batch;
     batch-level terms are computed over the global batch (each step runs inside
@@ -157,9 +189,12 @@ class SVIModule(L.LightningModule):
             raise ValueError("no data group is left for the ELBO step")
         self.automatic_optimization = False
         self.iteration = 0
+        self.checkpoint_due = False
+        self.direct_steps = False
         self.history: list[dict[str, float]] = []
-        self._sums: dict[str, torch.Tensor] = {}
-        self._count = 0
+        self._logged: list[dict[str, torch.Tensor]] = []
+        self._logged_from = 0
+        self._current: dict[str, torch.Tensor] = {}
         self._pending_rng: dict[str, Any] | None = None
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
@@ -172,98 +207,109 @@ class SVIModule(L.LightningModule):
         params = [p for p in params if p.requires_grad]
         return torch.optim.Adam(params, lr=lr, betas=self.config.betas, **adam_implementation(params))
 
-    def _kwargs(self, batch: dict[str, dict[str, torch.Tensor]], groups: list[str]) -> dict:
+    def _kwargs(self, batch: Batch, groups: list[str]) -> dict:
         kwargs: dict[str, torch.Tensor] = {}
         for group in groups:
             kwargs.update(batch[group])
         return kwargs
 
-    def _take_step(self, optimizer, loss: torch.Tensor, name: str) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        due = self._gradient_check_due()
-        if due or self.device.type == "cpu":
-            self._raise_if_not_finite(loss, name, check_gradients=due)
-        optimizer.step()
-        self._accumulate(f"{name}_loss", loss.detach())
+    def _take_step(self, optimizer: LightningOptimizer, loss: torch.Tensor, name: str) -> None:
+        if self.direct_steps:
+            optimizer.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer._on_before_step()
+            optimizer.optimizer.step()
+            optimizer._on_after_step()
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
+            optimizer.step()
+        self._current[f"{name}_loss"] = loss.detach()
 
-    def training_step(self, batch: dict[str, dict[str, torch.Tensor]], batch_idx: int) -> None:
+    def training_step(self, block: list[Batch], batch_idx: int) -> None:
+        """Take the iterations of one block of minibatches; flush the logs at the end of
+        each logging interval and check the values before a checkpoint is due."""
+        start = self.iteration
+        every = self.config.log_every_n_steps
         with global_batch():
-            self._training_iteration(batch)
-        if self.iteration % self.config.log_every_n_steps == 0 or self.iteration == self.batches.num_batches:
-            self._flush_logs()
+            for batch in block:
+                self._training_iteration(batch)
+                if self.iteration % every == 0 or self.iteration == self.batches.num_batches:
+                    self._flush_logs()
+        interval = self.config.checkpoint_every_n_steps
+        self.checkpoint_due = self.iteration // interval > start // interval
+        if self.checkpoint_due and self._logged:
+            self._check_finite(torch.stack([v for values in self._logged for v in values.values()]))
 
-    def _training_iteration(self, batch: dict[str, dict[str, torch.Tensor]]) -> None:
+    def _training_iteration(self, batch: Batch) -> None:
         set_training_step(self.iteration, self.model, self.objective)
-        optimizers = self.optimizers()
-        optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
-        elbo_optimizer, step_optimizers = optimizers[0], optimizers[1:]
+        elbo_optimizer, *step_optimizers = self._optimizers
+        self._current = {}
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "before":
                 self._auxiliary_step(step, optimizer, batch)
         loss = self.elbo_loss(**self._kwargs(batch, self.elbo_groups))
-        for name, value in objective_terms(self.objective).items():
-            self._accumulate(name, value)
+        self._current.update(objective_terms(self.objective))
         self._take_step(elbo_optimizer, loss, "elbo")
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "after":
                 self._auxiliary_step(step, optimizer, batch)
+        if not self._logged:
+            self._logged_from = self.iteration
+        self._logged.append(self._current)
         self.iteration += 1
-        self._count += 1
 
-    def _auxiliary_step(self, step: AuxiliaryStep, optimizer, batch) -> None:
+    def _auxiliary_step(self, step: AuxiliaryStep, optimizer: LightningOptimizer, batch: Batch) -> None:
         groups = [step.data_group] if step.data_group is not None else self.elbo_groups
         loss = step.loss(**self._kwargs(batch, groups))
         self._take_step(optimizer, loss, step.name)
 
-    def _gradient_check_due(self) -> bool:
-        """Gradients are checked on the steps that end a logging or a checkpoint interval, so a
-        non-finite gradient is caught before the parameters it corrupts reach a checkpoint."""
-        next_step = self.iteration + 1
-        return next_step % self.config.log_every_n_steps == 0 or next_step % self.config.checkpoint_every_n_steps == 0
+    def _gradient_norm(self) -> torch.Tensor:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.device)
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
-    def _raise_if_not_finite(self, loss: torch.Tensor, name: str, check_gradients: bool) -> None:
-        finite = torch.isfinite(loss)
-        if check_gradients:
-            grads = [p.grad for p in self.parameters() if p.grad is not None]
-            if grads:
-                finite = finite & torch.isfinite(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
-        if bool(finite):
+    def _check_finite(self, values: torch.Tensor) -> None:
+        """Raise :class:`NonFiniteLossError` unless ``values`` (logged values, or their
+        means over processes) and the current gradients are all finite, on every process."""
+        finite = torch.isfinite(values).all() & torch.isfinite(self._gradient_norm())
+        if float(mean_over_processes(finite.float())) == 1.0:
             return
+        self._raise_non_finite()
+
+    def _raise_non_finite(self) -> None:
         bad_grads = [
             n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
         ]
-        terms = {k: float(v) for k, v in objective_terms(self.objective).items()}
-        bad_terms = sorted(k for k, v in terms.items() if not math.isfinite(v))
+        where = "on another process"
+        for offset, values in enumerate(self._logged):
+            bad = [name for name, value in values.items() if not torch.isfinite(value).all()]
+            if bad:
+                where = f"at training step {self._logged_from + offset}: {', '.join(bad)}"
+                break
         raise NonFiniteLossError(
-            f"non-finite {name} loss ({float(loss.detach())}) at training step {self.iteration}; "
-            f"non-finite objective terms: {bad_terms or 'none'}; "
-            f"parameters with non-finite gradients: {bad_grads[:5] or 'none'}; "
-            "the last checkpoint written before this step is kept"
+            f"non-finite values {where}; "
+            f"parameters with non-finite gradients after training step {self.iteration - 1}: "
+            f"{bad_grads[:5] or 'none'}; the last checkpoint written before this is kept"
         )
 
-    def _accumulate(self, name: str, value: torch.Tensor) -> None:
-        value = value.detach().float()
-        self._sums[name] = self._sums[name] + value if name in self._sums else value.clone()
-
     def _flush_logs(self) -> None:
-        if not self._count:
+        if not self._logged:
             return
-        names = list(self._sums)
-        means = mean_over_processes(torch.stack([self._sums[n] for n in names]) / self._count).tolist()
-        record = dict(zip(names, means, strict=True))
-        self._sums, self._count = {}, 0
+        names = list(dict.fromkeys(name for values in self._logged for name in values))
+        local = torch.stack(
+            [torch.stack([values[n] for values in self._logged if n in values]).float().mean() for n in names]
+        )
+        means = mean_over_processes(local)
+        self._check_finite(means)
+        record = dict(zip(names, means.tolist(), strict=True))
+        self._logged = []
         record["step"] = self.iteration
         self.history.append(record)
         if self.logger is not None:
             self.logger.log_metrics({k: v for k, v in record.items() if k != "step"}, step=self.iteration)
         self.log("loss", record.get("elbo_loss", float("nan")), prog_bar=True, logger=False)
-        bad = sorted(k for k, v in record.items() if not math.isfinite(v))
-        if bad:
-            raise NonFiniteLossError(
-                f"non-finite values of {bad} in the {self.config.log_every_n_steps} steps "
-                f"before training step {self.iteration}; the last checkpoint written before them is kept"
-            )
 
     def on_fit_start(self) -> None:
         self.batches.shard(self.global_rank, self.trainer.world_size)
@@ -281,6 +327,13 @@ class SVIModule(L.LightningModule):
         elif world_size > 1:
             seed_process(self.config.seed + self.iteration)
         self._pending_rng = None
+        optimizers = self.optimizers()
+        self._optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+        self.direct_steps = (
+            type(self.trainer.precision_plugin) is Precision
+            and type(self.trainer.strategy) is SingleDeviceStrategy
+            and not step_hook_overrides(self.trainer, self)
+        )
 
     def _rng_states(self) -> dict[str, Any] | list[dict[str, Any]]:
         """This process's random state, or every process's (in rank order) under DDP."""

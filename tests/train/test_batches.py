@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ppl_vae.train import TensorBatches, as_groups
+from ppl_vae.train import BatchBlocks, TensorBatches, as_groups
 
 
 def collect(batches, key="x", group="x"):
@@ -18,6 +18,20 @@ def test_same_seed_gives_the_same_batches_and_seek_resumes_midway():
     resumed.seek(7)
     assert all(torch.equal(a, b) for a, b in zip(full[7:], collect(resumed), strict=False))
     assert not torch.equal(full[0], collect(TensorBatches(groups, 16, 20, seed=4))[0])
+
+
+def test_blocks_hold_consecutive_batches_and_follow_a_seek():
+    groups = as_groups({"x": torch.arange(100.0).unsqueeze(1)})
+    full = collect(TensorBatches(groups, 16, 10, seed=3))
+    batches = TensorBatches(groups, 16, 10, seed=3)
+    blocks = BatchBlocks(batches, 4)
+    assert len(blocks) == 3
+    assert [len(block) for block in blocks] == [4, 4, 2]
+    batches.seek(4)
+    resumed = [b["x"]["x"] for block in blocks for b in block]
+    assert all(torch.equal(a, b) for a, b in zip(full[4:], resumed, strict=True))
+    with pytest.raises(ValueError, match="size must be a positive integer"):
+        BatchBlocks(batches, 0)
 
 
 def test_each_pass_visits_every_row_once():

@@ -64,6 +64,67 @@ def test_resumed_run_ends_in_the_state_of_an_uninterrupted_run(data, tmp_path):
     assert straight.history == resumed.history
 
 
+class BatchCounter(L.Callback):
+    def __init__(self) -> None:
+        self.block_sizes: list[int] = []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.block_sizes.append(len(batch))
+
+
+def test_blocks_of_iterations_train_and_checkpoint_as_single_iterations_do(data, tmp_path):
+    settings = dict(steps=30, checkpoint_every_n_steps=10, **FAST)
+    single = fit(small_vae(), AuxiliaryObjective(), data, **settings)
+    counter = BatchCounter()
+    with pytest.raises(Interrupt):
+        fit(small_vae(), AuxiliaryObjective(), data, run_dir=tmp_path, iterations_per_training_step=4,
+            callbacks=[counter, InterruptAt(24)], **settings)
+    assert counter.block_sizes == [4] * 6
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["ppl_vae"]["iteration"] == 20
+    counter = BatchCounter()
+    resumed = fit(small_vae(seed=5), AuxiliaryObjective(), data, run_dir=tmp_path, resume=True,
+                  iterations_per_training_step=4, callbacks=[counter], **settings)
+    assert counter.block_sizes == [4, 4, 2]
+    assert resumed.steps == 30
+    for p, q in zip(single.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+    assert [r["step"] for r in resumed.history] == [5, 10, 15, 20, 25, 30]
+    assert resumed.history == single.history
+
+
+class CountBackwardHooks(L.Callback):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_before_backward(self, trainer, module, loss) -> None:
+        self.calls += 1
+
+
+class StepsTaken(L.Callback):
+    def on_train_end(self, trainer, module) -> None:
+        self.direct_steps, self.global_step = module.direct_steps, trainer.global_step
+
+
+def test_steps_go_straight_to_torch_unless_a_callback_overrides_a_step_hook(data):
+    plain, hooked = StepsTaken(), StepsTaken()
+    counter = CountBackwardHooks()
+    direct = fit(small_vae(), AuxiliaryObjective(), data, steps=12, callbacks=[plain], **FAST)
+    through_lightning = fit(small_vae(), AuxiliaryObjective(), data, steps=12, callbacks=[hooked, counter], **FAST)
+    assert plain.direct_steps and not hooked.direct_steps
+    assert counter.calls == 24
+    assert plain.global_step == hooked.global_step == 24
+    for p, q in zip(direct.model.parameters(), through_lightning.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
+
+
+def test_resume_with_another_seed_is_refused_naming_the_batch_order(data, tmp_path):
+    with pytest.raises(Interrupt):
+        fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=10, checkpoint_every_n_steps=5,
+            callbacks=[InterruptAt(7)], **FAST)
+    with pytest.raises(ValueError, match="batch order"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, resume=True, steps=10, seed=1, **FAST)
+
+
 def test_checkpoint_of_another_model_is_refused(data, tmp_path):
     fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=tmp_path, steps=10, checkpoint_every_n_steps=5, **FAST)
     with pytest.raises(CheckpointError, match="another configuration"):
