@@ -591,7 +591,9 @@ def time_hand_written(workload: Workload, steps: int, warmup: int, device: torch
 
 
 class IterationTimer(L.Callback):
-    """Wall time from the start of training batch ``warmup`` to the end of the last batch."""
+    """Wall time from the start of the first training step that begins at or after iteration
+    ``warmup`` to the end of the last one (a training step may take several iterations,
+    ``TrainConfig.iterations_per_training_step``)."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
@@ -599,16 +601,15 @@ class IterationTimer(L.Callback):
         self.count = 0
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        if batch_idx == self.warmup:
+        if module.iteration >= self.warmup and not self.count:
             synchronize(module.device)
             self.start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        if batch_idx >= self.warmup:
-            if batch_idx == trainer.num_training_batches - 1:
-                synchronize(module.device)
+        if module.iteration - len(batch) >= self.warmup:
+            synchronize(module.device)
             self.end = time.perf_counter()
-            self.count += 1
+            self.count += len(batch)
 
     @property
     def seconds_per_iteration(self) -> float:
@@ -652,12 +653,14 @@ def time_engine(workload: Workload, steps: int, warmup: int, device: str = "cpu"
 
 
 class InterleavedTimer(L.Callback):
-    """Times the engine's iterations and, after each of them, one iteration of every other
-    loop: engine, loop 1, loop 2, ..., engine, loop 1, ... (iterations after ``warmup``).
+    """Times the engine's training steps and, after each of them, as many iterations of every
+    other loop: engine, loop 1, loop 2, ..., engine, loop 1, ... Each figure is seconds per
+    iteration, one per engine training step that begins at or after iteration ``warmup`` (a
+    training step takes ``TrainConfig.iterations_per_training_step`` iterations).
 
-    An engine iteration is timed from the end of this callback to the end of the next
-    training batch, so it covers all of Lightning's per-batch work (fetching the batch, the
-    hooks, the training step).
+    An engine training step is timed from the end of this callback to the end of the next
+    one, so it covers all of Lightning's per-batch work (fetching the batch, the hooks, the
+    training step).
     """
 
     def __init__(self, others: Mapping[str, Step], warmup: int) -> None:
@@ -668,15 +671,17 @@ class InterleavedTimer(L.Callback):
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         synchronize(module.device)
-        timed = batch_idx >= self.warmup
+        iterations = len(batch)
+        timed = module.iteration - iterations >= self.warmup
         if timed:
-            self.seconds["engine"].append(time.perf_counter() - self.resumed)
+            self.seconds["engine"].append((time.perf_counter() - self.resumed) / iterations)
         for name, step in self.others.items():
             start = time.perf_counter()
-            step()
+            for _ in range(iterations):
+                step()
             synchronize(module.device)
             if timed:
-                self.seconds[name].append(time.perf_counter() - start)
+                self.seconds[name].append((time.perf_counter() - start) / iterations)
         self.resumed = time.perf_counter()
 
 
@@ -796,6 +801,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--replay-loss", action="store_true",
                         help="the engine replays its recorded loss (TrainConfig.replay_loss) where the model allows it")
+    parser.add_argument("--iterations-per-training-step", type=int, default=1,
+                        help="the engine's TrainConfig.iterations_per_training_step (each timed figure covers one "
+                             "training step of this many iterations)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, not speed")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
@@ -809,7 +817,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for workload in workloads(args):
         replay = args.replay_loss and replayable(workload)
-        per_round = measure(workload, args.steps, args.warmup, args.rounds, replay_loss=replay)
+        per_round = measure(workload, args.steps, args.warmup, args.rounds, replay_loss=replay,
+                            iterations_per_training_step=args.iterations_per_training_step)
         round_medians = {name: [statistics.median(seconds[name]) for seconds in per_round] for name in per_round[0]}
         rows = summarise(round_medians, sum(workload.batch_sizes.values()))
         for reference in ("torch", "authors"):
@@ -825,7 +834,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.threads} thread(s), {args.rounds} rounds x {args.steps} iterations after {args.warmup} warm-up")
     for name, result in results.items():
         replayed = ", engine replays its recorded loss" if result["engine_replay_loss"] else ""
-        print_table(f"{name} (batch {result['batch_sizes']}{replayed})", result["loops"])
+        per_step = args.iterations_per_training_step
+        blocks = f", {per_step} iterations per training step" if per_step > 1 else ""
+        print_table(f"{name} (batch {result['batch_sizes']}{replayed}{blocks})", result["loops"])
     payload = {
         "models": results,
         "settings": vars(args) | {"json": str(args.json)},
