@@ -232,6 +232,18 @@ def _call_bindings(graph_module: fx.GraphModule) -> fx.GraphModule:
     return graph_module
 
 
+def _submodules(module: nn.Module) -> list[nn.Module]:
+    """``module`` and its descendants, each once, in the order of ``module.modules()``."""
+    found: dict[int, nn.Module] = {}
+    pending = [module]
+    while pending:
+        current = pending.pop()
+        if id(current) not in found:
+            found[id(current)] = current
+            pending.extend(reversed([child for child in current._modules.values() if child is not None]))
+    return list(found.values())
+
+
 class ReplayedLoss:
     """``objective.differentiable_loss(model, guide, **batch)``, recorded on the first call for
     each batch signature and replayed on later calls (module docstring).
@@ -319,11 +331,19 @@ class ReplayedLoss:
             )
 
     def _state_tensors(self) -> list[torch.Tensor]:
-        """Parameters then buffers of every module, each tensor once, in a fixed order."""
+        """Parameters then buffers of every module, each tensor once, in a fixed order.
+
+        Read afresh on every call (a parameter replaced since the recording is seen), by a walk
+        over the submodules' own tables: what ``parameters()`` and ``buffers()`` yield, without
+        their generators and name prefixes."""
         seen: dict[int, torch.Tensor] = {}
         for module in self.modules:
-            for tensor in (*module.parameters(), *module.buffers()):
-                seen.setdefault(id(tensor), tensor)
+            submodules = _submodules(module)
+            for table in ("_parameters", "_buffers"):
+                for submodule in submodules:
+                    for tensor in getattr(submodule, table).values():
+                        if tensor is not None:
+                            seen.setdefault(id(tensor), tensor)
         return list(seen.values())
 
     def _record(self, names: list[str], inputs: list[torch.Tensor]) -> tuple[fx.GraphModule, list[str]]:

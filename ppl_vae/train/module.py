@@ -214,6 +214,9 @@ class SVIModule(L.LightningModule):
         return kwargs
 
     def _take_step(self, optimizer: LightningOptimizer, loss: torch.Tensor, name: str) -> None:
+        """Zero the optimiser's gradients, backpropagate ``loss``, step. Direct steps call the
+        torch optimiser between the two callbacks that ``LightningOptimizer.step`` itself runs
+        around it (they advance ``trainer.global_step``)."""
         if self.direct_steps:
             optimizer.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -282,15 +285,17 @@ class SVIModule(L.LightningModule):
         bad_grads = [
             n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
         ]
-        where = "on another process"
+        if bad_grads:
+            what = f"non-finite gradients at training step {self.iteration - 1}"
+        else:
+            what = f"a non-finite value on another process before training step {self.iteration}"
         for offset, values in enumerate(self._logged):
             bad = [name for name, value in values.items() if not torch.isfinite(value).all()]
             if bad:
-                where = f"at training step {self._logged_from + offset}: {', '.join(bad)}"
+                what = f"non-finite values at training step {self._logged_from + offset}: {', '.join(bad)}"
                 break
         raise NonFiniteLossError(
-            f"non-finite values {where}; "
-            f"parameters with non-finite gradients after training step {self.iteration - 1}: "
+            f"{what}; parameters with non-finite gradients after training step {self.iteration - 1}: "
             f"{bad_grads[:5] or 'none'}; the last checkpoint written before this is kept"
         )
 
@@ -310,6 +315,13 @@ class SVIModule(L.LightningModule):
         if self.logger is not None:
             self.logger.log_metrics({k: v for k, v in record.items() if k != "step"}, step=self.iteration)
         self.log("loss", record.get("elbo_loss", float("nan")), prog_bar=True, logger=False)
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """With ``data_on_device`` the batches are drawn on the training device already; otherwise
+        Lightning copies them."""
+        if self.config.data_on_device:
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_fit_start(self) -> None:
         self.batches.shard(self.global_rank, self.trainer.world_size)
