@@ -102,6 +102,19 @@ def test_replay_reads_the_parameters_and_buffers_as_they_are_at_each_call():
     assert_same(eager, loss_and_gradients(replayed, parameters, 4, **data))
 
 
+def test_a_parameter_replaced_after_the_recording_is_the_one_replayed():
+    model, elbo, modules = contrastive()
+    replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
+    data = contrastive_batch()
+    replayed(**data)
+    head = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    head.weight = nn.Parameter(head.weight.detach() * 2.0)
+    parameters = list(model.parameters())
+    eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, 5, **data)
+    assert_same(eager, loss_and_gradients(replayed, parameters, 5, **data))
+    assert head.weight.grad is not None
+
+
 def test_each_batch_shape_is_recorded_once_and_the_oldest_is_dropped_past_the_limit():
     model, elbo, modules = contrastive()
     replayed = ReplayedLoss(elbo, model.model, model.guide, modules, max_recordings=2)
