@@ -803,13 +803,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="the engine replays its recorded loss (TrainConfig.replay_loss) where the model allows it")
     parser.add_argument("--iterations-per-training-step", type=int, default=1,
                         help="the engine's TrainConfig.iterations_per_training_step (each timed figure covers one "
-                             "training step of this many iterations)")
+                             "training step of this many iterations; --steps and --warmup are rounded up to multiples)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, not speed")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds = 2, 1, 1
         args.batch_size, args.contrastive_batch_size, args.pool, args.labelled = 8, 16, 64, 32
+    if args.iterations_per_training_step < 1:
+        parser.error("--iterations-per-training-step must be >= 1")
+    per_step = args.iterations_per_training_step
+    args.warmup = math.ceil(args.warmup / per_step) * per_step
+    args.steps = max(math.ceil(args.steps / per_step), 1) * per_step
     torch.set_num_threads(args.threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*GPU available but not used.*")

@@ -51,10 +51,12 @@ def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_a_replayed_loss_trains_a_recipe_from_the_command_line(tmp_path):
+def test_a_replayed_loss_in_blocks_of_iterations_trains_a_recipe_from_the_command_line(tmp_path):
     run = tmp_path / "run"
-    assert main(["train", "vae", "--run-dir", str(run), *TINY, "--set", "train.replay_loss=true"]) == 0
-    assert json.loads((run / "config.json").read_text())["config"]["train"]["replay_loss"] is True
+    settings = ["--set", "train.replay_loss=true", "--set", "train.iterations_per_training_step=3"]
+    assert main(["train", "vae", "--run-dir", str(run), *TINY, *settings]) == 0
+    train = json.loads((run / "config.json").read_text())["config"]["train"]
+    assert train["replay_loss"] is True and train["iterations_per_training_step"] == 3
     assert json.loads((run / "metrics.json").read_text())["final_losses"]["step"] == 4
 
 

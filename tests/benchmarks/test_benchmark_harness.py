@@ -74,6 +74,14 @@ def test_overhead_replays_the_engine_loss_where_the_model_allows_it(tmp_path):
         assert_timing_row(model["loops"]["engine"])
 
 
+def test_overhead_times_the_engine_in_blocks_of_iterations(tmp_path):
+    result = run_benchmark("overhead.py", tmp_path / "blocks.json", "--quick", "--models", "contrastive",
+                           "--iterations-per-training-step", "3")
+    assert (result["settings"]["steps"], result["settings"]["warmup"]) == (3, 3)
+    for row in result["models"]["contrastive"]["loops"].values():
+        assert_timing_row(row)
+
+
 def test_gpu_throughput_says_so_and_exits_cleanly_without_a_gpu(tmp_path):
     result = run_benchmark("gpu_throughput.py", tmp_path / "gpu.json", "--quick")
     assert result["cuda_available"] is False
