@@ -13,6 +13,9 @@ The loops are alternated per setting:
 - ``engine_replay`` (DecompositionVAE; PartedVAE's loss changes every step): the float32
   engine with ``replay_loss=True``, its ELBO loss recorded once and replayed
   (:class:`~ppl_vae.infer.ReplayedLoss`), which saves the per-step Python that a GPU waits on;
+- ``engine_blocks``: the float32 engine taking ``--iterations-per-training-step`` iterations
+  (default 10) per Lightning training step, which spreads Lightning's per-batch cost (about
+  1 ms of host time, which a fast GPU waits on) over them (with ``engine_replay``, also replayed);
 - ``torch``: the hand-written float32 PyTorch iteration of :mod:`overhead` with the same
   networks and losses, data on the GPU (the floor).
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -74,14 +78,19 @@ def build_workloads(batch_size: int, images: torch.Tensor, labelled: dict[str, t
     ]
 
 
-def measure(workload: Workload, steps: int, warmup: int, rounds: int, device: str) -> dict[str, dict]:
+def measure(
+    workload: Workload, steps: int, warmup: int, rounds: int, device: str, iterations_per_training_step: int
+) -> dict[str, dict]:
     """Seconds per iteration of each loop (module docstring), alternated ``rounds`` times."""
+    replay = replayable(workload)
+    blocks = {"iterations_per_training_step": iterations_per_training_step, "replay_loss": replay}
     loops = {
         "engine": lambda: time_engine(workload, steps, warmup, device=device),
         "engine_bf16": lambda: time_engine(workload, steps, warmup, device=device, precision="bf16-mixed"),
+        "engine_blocks": lambda: time_engine(workload, steps, warmup, device=device, **blocks),
         "torch": lambda: time_hand_written(workload, steps, warmup, device=device),
     }
-    if replayable(workload):
+    if replay:
         loops["engine_replay"] = lambda: time_engine(workload, steps, warmup, device=device, replay_loss=True)
     seconds: dict[str, list[float]] = {name: [] for name in loops}
     for index in range(rounds):
@@ -116,13 +125,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=100, help="timed iterations per round")
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iterations-per-training-step", type=int, default=10,
+                        help="of the engine_blocks loop; --steps and --warmup are rounded up to multiples")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, not speed")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds, args.pool, args.labelled = 2, 1, 1, 1024, 64
+        args.iterations_per_training_step = 2
         if args.device == "cpu":
             args.batch_sizes = [8]
+    if args.iterations_per_training_step < 1:
+        parser.error("--iterations-per-training-step must be >= 1")
+    per_step = args.iterations_per_training_step
+    args.warmup = math.ceil(args.warmup / per_step) * per_step
+    args.steps = max(math.ceil(args.steps / per_step), 1) * per_step
     if args.device == "cpu":
         torch.set_num_threads(1)
     payload = {"settings": vars(args) | {"json": str(args.json)}, "machine": machine("cpu"), "rows": []}
@@ -141,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     labelled = dsprites_pool(args.labelled, 1)
     for batch_size in args.batch_sizes:
         for workload in build_workloads(batch_size, images, labelled):
-            rows = measure(workload, args.steps, args.warmup, args.rounds, args.device)
+            rows = measure(workload, args.steps, args.warmup, args.rounds, args.device, per_step)
             payload["rows"].append({"model": workload.name, "batch_size": batch_size, "loops": rows})
 
     print(f"\n{payload['machine'].get('gpu', args.device)}: {args.rounds} rounds x {args.steps} iterations")

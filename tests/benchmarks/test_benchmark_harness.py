@@ -93,7 +93,7 @@ def test_gpu_throughput_harness_measures_both_models_on_the_cpu(tmp_path):
     assert {(row["model"], row["batch_size"]) for row in result["rows"]} == {("parted", 8), ("decomposition", 8)}
     for row in result["rows"]:
         replayed = {"engine_replay"} if row["model"] == "decomposition" else set()
-        assert set(row["loops"]) == {"engine", "engine_bf16", "torch"} | replayed
+        assert set(row["loops"]) == {"engine", "engine_bf16", "engine_blocks", "torch"} | replayed
         for loop in row["loops"].values():
             assert_timing_row(loop)
             assert loop["epoch_seconds"] == pytest.approx(737_280 / loop["images_per_second"])
