@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import sys
 import warnings
 from pathlib import Path
@@ -50,6 +49,7 @@ from overhead import (  # noqa: E402
     decomposition_workload,
     parted_workload,
     replayable,
+    round_to_training_steps,
     summarise,
     time_engine,
     time_hand_written,
@@ -135,11 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         args.iterations_per_training_step = 2
         if args.device == "cpu":
             args.batch_sizes = [8]
-    if args.iterations_per_training_step < 1:
-        parser.error("--iterations-per-training-step must be >= 1")
-    per_step = args.iterations_per_training_step
-    args.warmup = math.ceil(args.warmup / per_step) * per_step
-    args.steps = max(math.ceil(args.steps / per_step), 1) * per_step
+    round_to_training_steps(parser, args)
     if args.device == "cpu":
         torch.set_num_threads(1)
     payload = {"settings": vars(args) | {"json": str(args.json)}, "machine": machine("cpu"), "rows": []}
@@ -158,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     labelled = dsprites_pool(args.labelled, 1)
     for batch_size in args.batch_sizes:
         for workload in build_workloads(batch_size, images, labelled):
-            rows = measure(workload, args.steps, args.warmup, args.rounds, args.device, per_step)
+            rows = measure(workload, args.steps, args.warmup, args.rounds, args.device, args.iterations_per_training_step)
             payload["rows"].append({"model": workload.name, "batch_size": batch_size, "loops": rows})
 
     print(f"\n{payload['machine'].get('gpu', args.device)}: {args.rounds} rounds x {args.steps} iterations")

@@ -785,6 +785,17 @@ def workloads(args: argparse.Namespace) -> list[Workload]:
     return built
 
 
+def round_to_training_steps(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Round ``args.steps`` and ``args.warmup`` up to whole engine training steps of
+    ``args.iterations_per_training_step`` iterations (at least one timed step), so the timers
+    see whole steps; a value below 1 is a usage error."""
+    per_step = args.iterations_per_training_step
+    if per_step < 1:
+        parser.error("--iterations-per-training-step must be >= 1")
+    args.warmup = math.ceil(args.warmup / per_step) * per_step
+    args.steps = max(math.ceil(args.steps / per_step), 1) * per_step
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -810,11 +821,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.steps, args.warmup, args.rounds = 2, 1, 1
         args.batch_size, args.contrastive_batch_size, args.pool, args.labelled = 8, 16, 64, 32
-    if args.iterations_per_training_step < 1:
-        parser.error("--iterations-per-training-step must be >= 1")
-    per_step = args.iterations_per_training_step
-    args.warmup = math.ceil(args.warmup / per_step) * per_step
-    args.steps = max(math.ceil(args.steps / per_step), 1) * per_step
+    round_to_training_steps(parser, args)
     torch.set_num_threads(args.threads)
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
@@ -837,10 +844,10 @@ def main(argv: list[str] | None = None) -> int:
             "engine_replay_loss": replay,
         }
     print(f"\n{args.threads} thread(s), {args.rounds} rounds x {args.steps} iterations after {args.warmup} warm-up")
+    per_step = args.iterations_per_training_step
+    blocks = f", {per_step} iterations per training step" if per_step > 1 else ""
     for name, result in results.items():
         replayed = ", engine replays its recorded loss" if result["engine_replay_loss"] else ""
-        per_step = args.iterations_per_training_step
-        blocks = f", {per_step} iterations per training step" if per_step > 1 else ""
         print_table(f"{name} (batch {result['batch_sizes']}{replayed}{blocks})", result["loops"])
     payload = {
         "models": results,

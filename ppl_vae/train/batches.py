@@ -208,8 +208,8 @@ class BatchBlocks:
     def __len__(self) -> int:
         return ceil(len(self.batches) / self.size)
 
-    def __iter__(self) -> Iterator[list[dict[str, dict[str, torch.Tensor]]]]:
-        block: list[dict[str, dict[str, torch.Tensor]]] = []
+    def __iter__(self) -> Iterator[list[TensorGroups]]:
+        block: list[TensorGroups] = []
         for batch in self.batches:
             block.append(batch)
             if len(block) == self.size:

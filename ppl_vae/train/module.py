@@ -33,7 +33,7 @@ from ppl_vae.infer.steps import (
     objective_terms,
     set_training_step,
 )
-from ppl_vae.train.batches import TensorBatches
+from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
 
@@ -41,8 +41,6 @@ from ppl_vae.train.distributed import mean_over_processes, seed_process
 class NonFiniteLossError(FloatingPointError):
     """A loss or gradient became NaN or infinite; the message names the step and terms."""
 
-
-Batch = dict[str, dict[str, torch.Tensor]]
 
 _STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 
@@ -195,6 +193,7 @@ class SVIModule(L.LightningModule):
         self._logged: list[dict[str, torch.Tensor]] = []
         self._logged_from = 0
         self._current: dict[str, torch.Tensor] = {}
+        self._optimizers: list[LightningOptimizer] = []
         self._pending_rng: dict[str, Any] | None = None
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
@@ -207,7 +206,7 @@ class SVIModule(L.LightningModule):
         params = [p for p in params if p.requires_grad]
         return torch.optim.Adam(params, lr=lr, betas=self.config.betas, **adam_implementation(params))
 
-    def _kwargs(self, batch: Batch, groups: list[str]) -> dict:
+    def _kwargs(self, batch: TensorGroups, groups: list[str]) -> dict:
         kwargs: dict[str, torch.Tensor] = {}
         for group in groups:
             kwargs.update(batch[group])
@@ -229,7 +228,7 @@ class SVIModule(L.LightningModule):
             optimizer.step()
         self._current[f"{name}_loss"] = loss.detach()
 
-    def training_step(self, block: list[Batch], batch_idx: int) -> None:
+    def training_step(self, block: list[TensorGroups], batch_idx: int) -> None:
         """Take the iterations of one block of minibatches; flush the logs at the end of
         each logging interval and check the values before a checkpoint is due."""
         start = self.iteration
@@ -244,7 +243,7 @@ class SVIModule(L.LightningModule):
         if self.checkpoint_due and self._logged:
             self._check_finite(torch.stack([v for values in self._logged for v in values.values()]))
 
-    def _training_iteration(self, batch: Batch) -> None:
+    def _training_iteration(self, batch: TensorGroups) -> None:
         set_training_step(self.iteration, self.model, self.objective)
         elbo_optimizer, *step_optimizers = self._optimizers
         self._current = {}
@@ -262,7 +261,7 @@ class SVIModule(L.LightningModule):
         self._logged.append(self._current)
         self.iteration += 1
 
-    def _auxiliary_step(self, step: AuxiliaryStep, optimizer: LightningOptimizer, batch: Batch) -> None:
+    def _auxiliary_step(self, step: AuxiliaryStep, optimizer: LightningOptimizer, batch: TensorGroups) -> None:
         groups = [step.data_group] if step.data_group is not None else self.elbo_groups
         loss = step.loss(**self._kwargs(batch, groups))
         self._take_step(optimizer, loss, step.name)
