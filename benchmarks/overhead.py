@@ -83,8 +83,8 @@ from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
-from ppl_vae.infer.schedules import LinearCapacity
-from ppl_vae.infer.steps import auxiliary_modules, auxiliary_steps, set_training_step
+from ppl_vae.infer.schedules import LinearCapacity, set_training_step
+from ppl_vae.infer.steps import auxiliary_modules, auxiliary_steps
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
@@ -212,7 +212,7 @@ def decomposition_workload(images: torch.Tensor, batch_size: int, alpha: float =
             loc, scale = model.head(model.encoder(x))
             z = _reparameterised(loc, scale)
             reconstruction = F.binary_cross_entropy_with_logits(model.decoder(z), x, reduction="sum")
-            divergence = _cauchy_mmd(z, torch.randn_like(z), objective.length_scales)
+            divergence = _cauchy_mmd(z, torch.randn_like(z), objective.term("aggregate_divergence").length_scales)
             loss = reconstruction + _gaussian_kl(loc, scale).sum() + alpha * x.shape[0] * divergence
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -243,6 +243,9 @@ def parted_main_step(model: PartedVAE, objective: PartedELBO, optimizer: torch.o
         model.class_heads[0], model.attention[0], model.u_heads[0], model.class_priors[0]
     )
     log_p = model.class_prior_probs(0).log()
+    capacity_z, capacity_u = objective.term("capacity_z"), objective.term("capacity_u")
+    gamma_h, gamma_c = objective.term("entropy").weight, objective.term("aggregate_kl").weight
+    bhattacharyya_term = objective.term("bhattacharyya")
     pairs = torch.triu_indices(model.num_classes[0], model.num_classes[0], offset=1, device=log_p.device)
 
     def step(x: torch.Tensor, t: int) -> None:
@@ -270,13 +273,13 @@ def parted_main_step(model: PartedVAE, objective: PartedELBO, optimizer: torch.o
         distance = 0.125 * ((prior_loc[pairs[0]] - prior_loc[pairs[1]]).pow(2) / mean_variance).sum(-1) + 0.5 * (
             mean_variance.log().sum(-1) - 0.5 * (prior_variance[pairs[0]].log().sum(-1) + prior_variance[pairs[1]].log().sum(-1))
         )
-        bhattacharyya = (torch.exp(-distance) - objective.delta).clamp_min(0.0).sum()
+        bhattacharyya = (torch.exp(-distance) - bhattacharyya_term.delta).clamp_min(0.0).sum()
         penalties = (
-            objective.gamma_z * (kl_z - objective.z_capacity(t)).abs()
-            + objective.gamma_u * (kl_u - objective.u_capacity(t)).abs()
-            + objective.gamma_h * entropy
-            + objective.gamma_c * aggregate_kl
-            + objective.gamma_bc * bhattacharyya
+            capacity_z.weight * (kl_z - capacity_z.capacity(t)).abs()
+            + capacity_u.weight * (kl_u - capacity_u.capacity(t)).abs()
+            + gamma_h * entropy
+            + gamma_c * aggregate_kl
+            + bhattacharyya_term.weight * bhattacharyya
         )
         loss = batch * (reconstruction + penalties)
         optimizer.zero_grad(set_to_none=True)
@@ -575,7 +578,7 @@ def plain_loop(workload: Workload, replay: bool) -> Step:
     counter = itertools.count()
 
     def iteration() -> None:
-        set_training_step(next(counter), model, objective)
+        set_training_step(next(counter))
         batch = auxiliary.elbo_batch()
         with pyro.validation_enabled(False):
             auxiliary.take("before", batch)

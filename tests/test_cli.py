@@ -42,7 +42,7 @@ def test_resume_continues_a_run_from_its_directory(tmp_path):
         (["train", "--resume", "/nonexistent/run"], "cannot resume"),
         (["evaluate", "/nonexistent/run"], "cannot resume"),
         (["train"], "train needs MODEL or --resume"),
-        (["train", "parted", "--demo-settings", "--steps", "1", "--set", "train.replay_loss=true"], "set_training_step"),
+        (["train", "parted", "--demo-settings", "--steps", "1", "--set", "train.replay_loss=true"], "training step"),
     ],
 )
 def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys):

@@ -1,4 +1,5 @@
-"""Objectives (Pyro ELBO subclasses), divergences, schedules and auxiliary steps."""
+"""Objectives (Pyro ELBO subclasses) and their composable terms, divergences, schedules and
+auxiliary steps."""
 from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss, permute_shared
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutation
@@ -6,16 +7,35 @@ from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_d
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.parted import PartedELBO, classification_loss
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
-from ppl_vae.infer.steps import (
-    AuxiliaryStep,
-    auxiliary_modules,
-    auxiliary_steps,
-    objective_terms,
-    set_training_step,
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step, training_step
+from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules, auxiliary_steps, objective_terms
+from ppl_vae.infer.terms import (
+    AggregateClassKL,
+    AggregateDivergence,
+    BhattacharyyaPenalty,
+    Capacity,
+    ClassCapacity,
+    ClassEntropy,
+    ClassTerm,
+    ClassVariable,
+    Term,
+    TermSites,
+    TotalCorrelation,
 )
 
 __all__ = [
+    "AggregateClassKL",
+    "AggregateDivergence",
+    "BhattacharyyaPenalty",
+    "Capacity",
+    "ClassCapacity",
+    "ClassEntropy",
+    "ClassTerm",
+    "ClassVariable",
+    "Term",
+    "TermSites",
+    "TotalCorrelation",
+    "training_step",
     "all_gather",
     "global_batch",
     "shared_permutation",

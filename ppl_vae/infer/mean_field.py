@@ -1,17 +1,23 @@
-r"""The mean-field ELBO base of the library's objectives: Pyro's estimator, minus the work it
-does not need.
+r"""The library's objective: a mean-field ELBO, a weight beta on its KLs, and extra terms.
 
 Per particle, with the guide's sample replayed into the model,
 
 .. math::
 
     \widehat{ELBO} = \sum_{observed} \log p(x \mid \cdot)
-        - \sum_{latent} KL\big(q(z \mid \cdot) \,\|\, p(z \mid \cdot)\big)
+        - \beta \sum_{latent} KL\big(q(z \mid \cdot) \,\|\, p(z \mid \cdot)\big)
+        - \sum_{terms} w_t\, N_t\, v_t
 
-with the KL in closed form where one is registered and ``log p(z) - log q(z)`` at the
-guide's sample otherwise, each term scaled and masked as its site is (plates,
-``poutine.scale``), exactly as :class:`~pyro.infer.TraceMeanField_ELBO` computes it. What
-differs is the work around it, which on a small network is most of the step:
+with the KL in closed form where one is registered and ``log q(z) - log p(z)`` at the guide's
+sample otherwise, each term scaled and masked as its site is (plates, ``poutine.scale``),
+exactly as :class:`~pyro.infer.TraceMeanField_ELBO` computes it (beta = 1, no terms). Each
+extra term (:mod:`ppl_vae.infer.terms`) enters the model as a ``pyro.factor`` site named after
+it, added after the model has run, outside every plate; the sites a term replaces are marked
+``mask=False`` in model and guide and are neither scored nor counted.
+:meth:`MeanFieldELBO.traces` returns the two traces, so every term is visible by name.
+
+What differs from Pyro's estimator is the work around it, which on a small network is most of
+the step:
 
 - Pyro scores every site of both traces before the loss is formed (``compute_log_prob`` and
   ``compute_score_parts``), including every latent site whose KL is then taken in closed
@@ -21,27 +27,34 @@ differs is the work around it, which on a small network is most of the step:
   surrogate, ``warn_if_nan`` on the value and, through a hook, on its gradient): on a GPU
   each read stalls the step until the device catches up. With a fully reparameterised
   mean-field guide the surrogate loss *is* the loss, so it is returned on the device; NaNs
-  are left to the engine, which checks once per logging interval
-  (:mod:`ppl_vae.train.module`).
+  are left to the engine, which checks once per logging interval.
 
-Under Pyro's validation (``pyro.enable_validation()``, on in the tests) the traces are made
-by Pyro's own path, with every check it runs (model/guide site match, site shapes,
-enumeration, the mean-field ordering, reparameterisation), so bad models fail as they do
-with Pyro's ELBOs.
+Under Pyro's validation (``pyro.enable_validation()``, on in the tests) the model and guide
+must match, every scored site's shape is checked against its plates, and every latent site
+must be reparameterised, as with Pyro's ELBOs.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyro
 import torch
 from pyro import poutine
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
-from pyro.infer.util import check_fully_reparametrized, is_validation_enabled, torch_item
+from pyro.infer.util import is_validation_enabled, torch_item
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import prune_subsample_sites
+from pyro.util import check_model_guide_match, check_site_shape
+from torch import nn
 from torch.distributions import kl_divergence
+
+from ppl_vae.infer.steps import AuxiliaryStep
+from ppl_vae.infer.terms import Term, TermSites, check_weight
+
+__all__ = ["MeanFieldELBO", "replayed_traces", "scored_site"]
 
 
 def replayed_traces(model, guide, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, Trace]:
@@ -67,46 +80,209 @@ def scored_site(trace: Trace, name: str) -> dict[str, Any]:
     return site
 
 
-class MeanFieldELBO(TraceMeanField_ELBO):
-    """:class:`~pyro.infer.TraceMeanField_ELBO` that scores only the sites its estimate reads
-    and leaves the loss on the device (module docstring); :meth:`loss` is the same objective
-    as a float.
+def check_reparameterised(site: dict[str, Any]) -> None:
+    """Raise, as Pyro's mean-field ELBO does, when a guide site is not reparameterised."""
+    if not site["fn"].has_rsample:
+        raise NotImplementedError(
+            f"All distributions in the guide must be fully reparameterized; site {site['name']!r} is a "
+            f"{type(site['fn']).__name__} without rsample"
+        )
 
-    Subclasses add terms by wrapping the model in :meth:`_get_trace` (a ``pyro.factor`` site
-    is an observed site: it is counted here) or by overriding
-    :meth:`_differentiable_loss_particle`.
+
+def is_replaced(site: dict[str, Any]) -> bool:
+    """Whether a sample site is marked ``mask=False``: it adds nothing to the ELBO and is never scored."""
+    return site["mask"] is False
+
+
+class _MaskSites(Messenger):
+    """Marks the sample sites ``names`` ``mask=False`` (applied outside the model's own handlers)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self.names = frozenset(names)
+
+    def _process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "sample" and msg["name"] in self.names:
+            msg["mask"] = False
+
+
+class _SampleSites(Messenger):
+    """Keeps every sample site's message (as the model's handlers leave it) while the model runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: dict[str, dict[str, Any]] = {}
+
+    def _pyro_post_sample(self, msg: dict[str, Any]) -> None:
+        self.sites[msg["name"]] = msg
+
+
+def model_module(model: Callable) -> nn.Module | None:
+    """The ``nn.Module`` a model callable is a method of (``vae.model``), else ``None``."""
+    owner = getattr(model, "__self__", None)
+    return owner if isinstance(owner, nn.Module) else None
+
+
+class MeanFieldELBO(TraceMeanField_ELBO):
+    """The mean-field ELBO with a weight ``beta`` on its KL terms and extra ``terms``, each a
+    ``pyro.factor`` site (module docstring); :meth:`loss` is the same objective as a float.
+
+    With ``beta=1`` and no terms it is :class:`~pyro.infer.TraceMeanField_ELBO`'s objective.
+
+    After each call, :attr:`logged` holds per-point values of the last particle (detached):
+    ``reconstruction`` (``-log p`` of the observed sites, each divided by the points its plate
+    stands for), ``kl`` (the KLs the ELBO still counts, without beta; absent when it counts
+    none), and each term's value under its name with its parts as ``<name>/<part>``.
+
+    Example, a capacity-annealed beta-VAE in a plain SVI loop::
+
+        elbo = MeanFieldELBO(terms=[Capacity("z", gamma=1000.0, capacity=LinearCapacity(0, 25, 100_000))])
+        svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo)
+        for step, x in enumerate(batches):
+            set_training_step(step)
+            svi.step(x)
+
+    :param beta: weight of every KL the ELBO counts, >= 0 (a beta-VAE; 0 leaves the
+        reconstruction and the terms).
+    :param terms: extra :class:`~ppl_vae.infer.terms.Term` s, added in this order; names must
+        be unique.
+    :param kwargs: passed to :class:`~pyro.infer.TraceMeanField_ELBO` (``num_particles``,
+        ``max_plate_nesting``).
     """
 
+    def __init__(self, beta: float = 1.0, terms: Sequence[Term] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.beta = check_weight(beta, "beta")
+        self.terms: tuple[Term, ...] = tuple(terms)
+        for term in self.terms:
+            if not isinstance(term, Term):
+                raise ValueError(f"terms must be ppl_vae.infer.terms.Term objects, got {term!r}")
+        names = [term.name for term in self.terms]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"term names must be unique (each is a pyro.factor site), got {duplicates} twice")
+        self._term_names = frozenset(names)
+        self._keep_graph = False
+        self.logged: dict[str, torch.Tensor] = {}
+
+    def _logged_value(self, value: torch.Tensor | float) -> torch.Tensor | float:
+        """``value`` detached, unless :meth:`differentiable_terms` is collecting."""
+        return value if self._keep_graph or not torch.is_tensor(value) else value.detach()
+
+    def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """What :attr:`logged` holds after one particle (reconstruction, kl, every term and its
+        parts, per point and unweighted), with gradients: for inspecting which parameters each
+        term reaches."""
+        self._keep_graph = True
+        try:
+            model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+            self._differentiable_loss_particle(model_trace, guide_trace)
+            return dict(self.logged)
+        finally:
+            self._keep_graph = False
+
+    def term(self, name: str) -> Term:
+        """The term named ``name``."""
+        for term in self.terms:
+            if term.name == name:
+                return term
+        raise KeyError(f"no term named {name!r}; the terms are {[t.name for t in self.terms]}")
+
+    def with_terms(self, model: Callable, guide: Callable, guide_trace: Trace, module: nn.Module | None = None) -> Callable:
+        """The model followed by one ``pyro.factor(term.name, -w N v)`` per term, outside every
+        plate, its sites read against ``guide_trace`` (the guide's run on the same arguments).
+
+        :param module: the module the terms read networks from; default: the one ``model`` is a
+            method of."""
+        module = module if module is not None else model_module(model)
+
+        def model_with_terms(*args, **kwargs):
+            with _SampleSites() as capture:
+                result = model(*args, **kwargs)
+            sites = TermSites(guide_trace, capture.sites, module, guide)
+            for term in self.terms:
+                with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or self._keep_graph)):
+                    value, parts = term.evaluate(sites)
+                self.logged[term.name] = self._logged_value(value)
+                for part, part_value in parts.items():
+                    self.logged[f"{term.name}/{part}"] = self._logged_value(part_value)
+                if term.weight > 0:
+                    pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
+            return result
+
+        return model_with_terms
+
+    def replaced_sites(self, model: Callable) -> tuple[str, ...]:
+        """The sites the terms replace, for ``model``."""
+        module = model_module(model)
+        return tuple(dict.fromkeys(name for term in self.terms for name in term.replaced_sites(module)))
+
+    def traces(self, model: Callable, guide: Callable, *args, **kwargs) -> tuple[Trace, Trace]:
+        """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
+        every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``."""
+        return self._get_trace(model, guide, args, kwargs)
+
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
-        if is_validation_enabled() or isinstance(poutine.unwrap(guide), Messenger):
+        if isinstance(poutine.unwrap(guide), Messenger):
+            if self.terms:
+                raise ValueError("extra terms need a guide function, not a GuideMessenger")
             return super()._get_trace(model, guide, args, kwargs)
-        return replayed_traces(model, guide, args, kwargs)
+        self.logged = {}
+        module, plain_guide = model_module(model), guide
+        replaced = self.replaced_sites(model)
+        if replaced:
+            model, guide = _MaskSites(replaced)(model), _MaskSites(replaced)(guide)
+        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
+        if self.terms:
+            model = self.with_terms(model, plain_guide, guide_trace, module)
+        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
+        if is_validation_enabled():
+            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
+        model_trace, guide_trace = prune_subsample_sites(model_trace), prune_subsample_sites(guide_trace)
+        if is_validation_enabled():
+            for trace in (model_trace, guide_trace):
+                trace.compute_log_prob(site_filter=lambda _, site: not is_replaced(site))
+                for site in trace.nodes.values():
+                    if site["type"] == "sample" and not is_replaced(site):
+                        check_site_shape(site, self.max_plate_nesting)
+        return model_trace, guide_trace
 
     def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss detached)."""
-        elbo: torch.Tensor | float = 0.0
+        log_likelihood: torch.Tensor | float = 0.0
+        kl_total: torch.Tensor | float = 0.0
+        reconstruction: torch.Tensor | float = 0.0
+        counted_kl: torch.Tensor | float | None = None
         for name, site in model_trace.nodes.items():
-            if site["type"] != "sample":
+            if site["type"] != "sample" or is_replaced(site):
                 continue
             if site["is_observed"]:
-                elbo = elbo + scored_site(model_trace, name)["log_prob_sum"]
+                log_prob_sum = scored_site(model_trace, name)["log_prob_sum"]
+                log_likelihood = log_likelihood + log_prob_sum
+                if name not in self._term_names:
+                    reconstruction = reconstruction - self._logged_value(log_prob_sum) / _points(site)
                 continue
             guide_site = guide_trace.nodes[name]
             if is_validation_enabled():
-                check_fully_reparametrized(guide_site)
+                check_reparameterised(guide_site)
             try:
                 kl = kl_divergence(guide_site["fn"], site["fn"])
             except NotImplementedError:
-                elbo = elbo + scored_site(model_trace, name)["log_prob_sum"] - scored_site(guide_trace, name)["log_prob_sum"]
-                continue
-            kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
-            elbo = elbo - (kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel())
+                kl = scored_site(guide_trace, name)["log_prob_sum"] - scored_site(model_trace, name)["log_prob_sum"]
+            else:
+                kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
+                kl = kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
+            kl_total = kl_total + kl
+            counted_kl = (0.0 if counted_kl is None else counted_kl) + self._logged_value(kl) / _points(guide_site)
         for name, guide_site in guide_trace.nodes.items():
-            if guide_site["type"] == "sample" and name not in model_trace.nodes:
+            if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
                 if is_validation_enabled():
-                    check_fully_reparametrized(guide_site)
-                elbo = elbo - scored_site(guide_trace, name)["log_prob_sum"]
-        surrogate = -elbo
+                    check_reparameterised(guide_site)
+                kl_total = kl_total + scored_site(guide_trace, name)["log_prob_sum"]
+        self.logged["reconstruction"] = torch.as_tensor(reconstruction)
+        if counted_kl is not None:
+            self.logged["kl"] = torch.as_tensor(counted_kl)
+        surrogate = self.beta * kl_total - log_likelihood
         return (surrogate.detach() if torch.is_tensor(surrogate) else surrogate), surrogate
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
@@ -116,25 +292,50 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             loss = loss + self._differentiable_loss_particle(model_trace, guide_trace)[1] / self.num_particles
         return loss
 
-    def step_outputs(self) -> dict[str, torch.Tensor]:
-        """The tensors the last :meth:`differentiable_loss` left on the objective for the rest
-        of the step: here the logged ``terms`` (if the subclass keeps any), as ``"terms.<name>"``.
-        A replayed loss (:class:`~ppl_vae.infer.replay.ReplayedLoss`) returns them from its graph
-        and hands them back with :meth:`load_step_outputs`."""
-        return {f"terms.{name}": value for name, value in getattr(self, "terms", {}).items()}
-
-    def load_step_outputs(self, outputs: dict[str, torch.Tensor]) -> None:
-        """Set what :meth:`step_outputs` reads from ``outputs`` (the same keys)."""
-        if hasattr(self, "terms"):
-            self.terms = {key.removeprefix("terms."): value for key, value in outputs.items() if key.startswith("terms.")}
-
-    def replay_obstacle(self) -> str | None:
-        """Why this objective's loss cannot be recorded once and replayed, or ``None`` (see
-        :mod:`ppl_vae.infer.replay`)."""
-        return None
-
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
         """The same objective as :meth:`differentiable_loss`, as a float (what
         ``SVI.evaluate_loss`` reports)."""
         return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
+
+    def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
+        """The optimisation steps the terms need besides the ELBO step (e.g. a TC discriminator's)."""
+        return [step for term in self.terms for step in term.auxiliary_steps(model)]
+
+    def auxiliary_modules(self) -> dict[str, nn.Module]:
+        """Networks the terms own outside the model, by name, for the engine to move and checkpoint."""
+        modules: dict[str, nn.Module] = {}
+        for term in self.terms:
+            modules.update(term.auxiliary_modules())
+        return modules
+
+    def step_outputs(self) -> dict[str, torch.Tensor]:
+        """The tensors the last :meth:`differentiable_loss` left for the rest of the step: the
+        logged values (``"logged.<name>"``) and each term's (``"<term>.<key>"``). A replayed loss
+        (:class:`~ppl_vae.infer.replay.ReplayedLoss`) returns them from its graph and hands them
+        back with :meth:`load_step_outputs`."""
+        outputs = {f"logged.{name}": value for name, value in self.logged.items()}
+        for term in self.terms:
+            outputs.update({f"{term.name}.{key}": value for key, value in term.step_outputs().items()})
+        return outputs
+
+    def load_step_outputs(self, outputs: dict[str, torch.Tensor]) -> None:
+        """Set what :meth:`step_outputs` reads from ``outputs`` (the same keys)."""
+        self.logged = {key.removeprefix("logged."): value for key, value in outputs.items() if key.startswith("logged.")}
+        for term in self.terms:
+            prefix = f"{term.name}."
+            term.load_step_outputs({k.removeprefix(prefix): v for k, v in outputs.items() if k.startswith(prefix)})
+
+    def replay_obstacle(self) -> str | None:
+        """Why this objective's loss cannot be recorded once and replayed, or ``None`` (see
+        :mod:`ppl_vae.infer.replay`)."""
+        for term in self.terms:
+            reason = term.replay_obstacle()
+            if reason is not None:
+                return reason
+        return None
+
+
+def _points(site: dict[str, Any]) -> torch.Tensor | float:
+    """The points a site's minibatch stands for: its batch size times its scale."""
+    return site["fn"].batch_shape.numel() * site["scale"]

@@ -26,8 +26,9 @@ same batch shapes. The recording is simplified (operations that compute nothing 
 
 What a recording freezes: Python numbers (weights such as beta or gamma, the data-set scales,
 shapes), control flow on tensor values, Python-side randomness. So it refuses what it can
-detect changing: components with a training-step schedule (``set_training_step``: PartedVAE's
-capacities and attention sharpness), objectives that name a reason (``replay_obstacle``),
+detect changing: components that hold a training-step schedule
+(:func:`~ppl_vae.infer.schedules.holds_schedule`: PartedVAE's capacities and attention
+sharpness), objectives that name a reason (``replay_obstacle``),
 Pyro validation (its checks read each step's values), autocast, and data parallelism (the
 batch-level terms' collectives). After changing a setting of the model or the objective
 between steps, call :meth:`ReplayedLoss.clear`.
@@ -47,6 +48,7 @@ from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ppl_vae.infer.distributed import world_size
+from ppl_vae.infer.schedules import holds_schedule
 
 Signature = tuple[tuple[str, tuple[int, ...], torch.dtype, torch.device], ...]
 _VIEW_NO_OPS = {
@@ -70,9 +72,9 @@ _IDENTITY_ARITHMETIC = {
 def replay_obstacle(objective: Any, modules: Sequence[nn.Module]) -> str | None:
     """Why ``objective`` with ``modules`` cannot be recorded once and replayed, or ``None``."""
     for component in (objective, *modules):
-        if callable(getattr(component, "set_training_step", None)):
+        if holds_schedule(component):
             return (
-                f"{type(component).__name__} changes with the training step (set_training_step), "
+                f"{type(component).__name__} changes with the training step (it holds a schedule), "
                 "and a replayed loss would keep the first step's values"
             )
     declared = getattr(objective, "replay_obstacle", None)

@@ -1,11 +1,15 @@
 r"""Schedules: quantities that change with the training step.
 
-A schedule is a callable ``step -> value``. Objectives and models that hold one expose
-``set_training_step(step)``; the engine (:func:`ppl_vae.fit`) calls it on both before every
-iteration, and a plain SVI loop calls it itself::
+A schedule is a callable ``step -> value``. Called without a step it reads *the* training
+step, one number for the whole process that the training loop sets once per iteration with
+:func:`set_training_step` (the engine, :func:`ppl_vae.fit`, does it; a plain SVI loop calls it
+itself), so that every schedule of the model and the objective (capacities, attention
+sharpness) sees the same t::
 
     capacity = LinearCapacity(c_min=0.0, c_max=30.0, num_steps=300_000)
     capacity(0), capacity(150_000), capacity(10**6)   # 0.0, 15.0, 30.0
+    set_training_step(150_000)
+    capacity()                                         # 15.0
 
 - :class:`LinearSchedule`: a straight line from ``start`` to ``end`` over ``num_steps``
   steps, constant afterwards, in either direction (a growing attention sharpness, a
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["LinearCapacity", "LinearSchedule"]
+__all__ = ["LinearCapacity", "LinearSchedule", "holds_schedule", "set_training_step", "training_step"]
+
+_training_step = 0
 
 
 def _finite(value: float, name: str) -> float:
@@ -34,6 +40,38 @@ def _check_step(step: int) -> int:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a non-negative integer, got {step!r}")
     return step
+
+
+def set_training_step(step: int) -> None:
+    """Set t, the training step every schedule reads when called without one; call it once per
+    training iteration, before the iteration's steps (the engine does)."""
+    global _training_step
+    _training_step = _check_step(step)
+
+
+def training_step() -> int:
+    """The training step last set by :func:`set_training_step` (0 before any)."""
+    return _training_step
+
+
+def holds_schedule(*components: object) -> bool:
+    """Whether any of ``components`` (an object, a module with its submodules, or a sequence of
+    them) keeps a :class:`LinearSchedule` among its attributes, i.e. computes something that
+    changes with the training step."""
+    pending, seen = list(components), set()
+    while pending:
+        item = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, LinearSchedule):
+            return True
+        if isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif hasattr(item, "__dict__") and not isinstance(item, type):
+            pending.extend(vars(item).values())
+            pending.extend(getattr(item, "_modules", {}).values())
+    return False
 
 
 class LinearSchedule:
@@ -64,9 +102,9 @@ class LinearSchedule:
             )
         return cls(start, end, (end - start) / rate)
 
-    def __call__(self, step: int) -> float:
-        """The value at training step ``step`` (>= 0)."""
-        progress = min(_check_step(step) / self.num_steps, 1.0)
+    def __call__(self, step: int | None = None) -> float:
+        """The value at training step ``step`` (>= 0; default: :func:`training_step`)."""
+        progress = min((_training_step if step is None else _check_step(step)) / self.num_steps, 1.0)
         return self.start + (self.end - self.start) * progress
 
     def __repr__(self) -> str:

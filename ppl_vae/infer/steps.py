@@ -62,14 +62,7 @@ def auxiliary_modules(objective: object) -> dict[str, nn.Module]:
 
 
 def objective_terms(objective: object) -> dict[str, torch.Tensor]:
-    """The last value of each named term an objective computed (detached tensors)."""
-    return dict(getattr(objective, "terms", {}) or {})
-
-
-def set_training_step(step: int, *components: object) -> None:
-    """Tell every component that has a step-dependent schedule (capacity annealing,
-    attention sharpness) the current training iteration."""
-    for component in components:
-        setter = getattr(component, "set_training_step", None)
-        if setter is not None:
-            setter(step)
+    """The per-point values an objective logged on its last call (``objective.logged`` of
+    :class:`~ppl_vae.infer.MeanFieldELBO`: reconstruction, KL, each term and its parts;
+    detached tensors); empty for an objective that logs nothing."""
+    return dict(getattr(objective, "logged", {}) or {})

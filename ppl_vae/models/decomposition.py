@@ -67,7 +67,6 @@ class DecompositionVAE(VAE):
             prior=prior,
             likelihood=likelihood,
             likelihood_scale=likelihood_scale,
-            beta=1.0,
             data_size=data_size,
         )
         prior_dist = self.prior()

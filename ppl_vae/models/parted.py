@@ -23,7 +23,8 @@ codes instead of sampling c.
 
 Train with :class:`ppl_vae.infer.parted.PartedELBO`: the relaxed c has neither an analytic
 KL to the model's categorical nor a log-density that is safe at low temperature (pyro
-issue 3304), and the objective replaces the ELBO's c and u terms by the paper's (Eq. 6).
+issue 3304), and the objective replaces the ELBO's c and u terms by the paper's (Eq. 6),
+reading the table of class priors from :meth:`PartedVAE.class_variables`.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from torch.nn import functional as F
 
 from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
+from ppl_vae.infer.terms import ClassVariable
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, data_scale
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
@@ -69,12 +71,10 @@ class PartedVAE(PyroModule):
     r"""PartedVAE as a Pyro model/guide pair (see the module docstring for the story).
 
     Sites: ``"z"``; ``"c{i}"`` and ``"u{i}"`` for each categorical variable i; ``"x"``.
-    The model writes p(u_i | c_i) as ``MixtureSameFamily(Categorical(c_i), class priors)``:
-    for a one-hot c_i that is exactly the chosen class's Gaussian, and it keeps the whole
-    table of L_i class priors in the trace (``fn.component_distribution``), so that an
-    objective can take expectations over q(c_i | x) in closed form, as the authors'
-    objective does, rather than at the relaxed sample. The guide's ``"u{i}"`` site names
-    the class site it is conditioned on in ``infer["class_site"]``.
+    The model writes p(u_i | c_i) as ``class_priors[i](c_i)``, the Gaussian of the class that
+    the one-hot c_i picks. :meth:`class_variables` names, for each i, the two sites and the
+    module of its class priors, from which :class:`~ppl_vae.infer.PartedELBO` takes
+    expectations over q(c_i | x) in closed form, as the authors' objective does.
 
     :param encoder: ``x (B, *event) -> h (B, F)`` with attribute ``out_features`` = F.
     :param decoder: ``[z, u] (B, z_dim + sum(u_dims)) -> decoded (B, *event)``.
@@ -87,7 +87,8 @@ class PartedVAE(PyroModule):
     :param likelihood: ``"bernoulli"`` (dSprites, MNIST), ``"gaussian"`` or ``"laplace"``.
     :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
     :param temperature: Gumbel-softmax temperature of q(c | x), > 0 (authors: 0.67).
-    :param sharpness: schedule of the attention sharpness k over training steps; default
+    :param sharpness: schedule of the attention sharpness k over the training step
+        (:func:`~ppl_vae.infer.schedules.set_training_step`); default
         ``LinearSchedule.from_rate(1, 2e-4, 8)`` (the authors'); at evaluation (``eval()``
         mode and in :meth:`encode`) k is the schedule's end value.
     :param data_size: N; when set, per-point sites are scaled by N / B.
@@ -145,7 +146,6 @@ class PartedVAE(PyroModule):
         self.temperature = float(temperature)
         self.sharpness = sharpness if sharpness is not None else LinearSchedule.from_rate(1.0, 2e-4, 8.0)
         self.data_size = data_size
-        self.training_step = 0
 
     @classmethod
     def conv(
@@ -159,7 +159,7 @@ class PartedVAE(PyroModule):
         channels_last: bool = True,
         **kwargs,
     ) -> PartedVAE:
-        """The authors' convolutional pair (NOTES Sec. 1): :class:`~ppl_vae.nn.ConvEncoder` to
+        """The authors' convolutional pair: :class:`~ppl_vae.nn.ConvEncoder` to
         ``hidden`` features and the mirrored :class:`~ppl_vae.nn.ConvDecoder` from ``[z, u]``.
         Defaults are the authors' dSprites sizes (z 5, c [3], u 1).
 
@@ -183,7 +183,7 @@ class PartedVAE(PyroModule):
     ) -> PartedVAE:
         """Fully connected networks: encoder ``prod(event) -> hidden[0] -> ... -> hidden[-1]``
         (ReLU), decoder ``[z, u] -> hidden[-1] -> ... -> hidden[0] -> prod(event)``. Defaults are
-        the MNIST probe of NOTES Sec. 5 (784-512-256, z 6, c [10], u 10).
+        the authors' MNIST networks (784-512-256, z 6, c [10], u 10).
 
         :param event_shape: shape of one observation, e.g. ``(1, 28, 28)``.
         :param kwargs: passed to the constructor.
@@ -228,13 +228,15 @@ class PartedVAE(PyroModule):
         """p(c_i): ``(L_i,)``."""
         return getattr(self, f"class_probs_{i}")
 
-    def set_training_step(self, step: int) -> None:
-        """Set the step that the attention sharpness schedule reads."""
-        self.training_step = int(step)
+    def class_variables(self) -> tuple[ClassVariable, ...]:
+        """For each categorical variable i: its site ``"c{i}"``, the site ``"u{i}"`` of its
+        class-conditional latent, and the submodule ``"class_priors.{i}"`` whose call returns the
+        L_i class priors (what :mod:`ppl_vae.infer.terms`' class terms read)."""
+        return tuple(ClassVariable(f"c{i}", f"u{i}", f"class_priors.{i}") for i in range(self.num_variables))
 
     def current_sharpness(self) -> float:
-        """k: the schedule's value at the current step when training, its end value in eval mode."""
-        return self.sharpness(self.training_step) if self.training else self.sharpness.end
+        """k: the schedule's value at the training step when training, its end value in eval mode."""
+        return self.sharpness() if self.training else self.sharpness.end
 
     def check_labels(self, y: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Labels as an int64 ``(B, V)`` tensor; ``y`` is ``(B,)`` for one variable or ``(B, V)``.
@@ -283,11 +285,7 @@ class PartedVAE(PyroModule):
                     dist.OneHotCategorical(probs=self.class_prior_probs(i)).expand([batch]),
                     obs=None if labels is None else self._one_hot(labels, i, torch.get_default_dtype()),
                 )
-                # p(u_i | c_i) = sum_k c_ik N(mu_ik, sigma_ik^2): the class prior of the chosen
-                # class, with the table of all L_i class priors in view for the objective.
-                one_gaussian_per_class = class_prior().expand([batch, self.num_classes[i]])
-                u = pyro.sample(f"u{i}", dist.MixtureSameFamily(dist.Categorical(probs=c), one_gaussian_per_class))
-                latents.append(u)
+                latents.append(pyro.sample(f"u{i}", class_prior(c)))
             decoded = self.decoder(torch.cat(latents, dim=-1))
             pyro.sample(
                 "x",
@@ -316,8 +314,7 @@ class PartedVAE(PyroModule):
                 else:
                     c = self._one_hot(labels, i, h.dtype)
                 u_loc, u_scale = u_head(h * gate(c, sharpness))
-                u = pyro.sample(f"u{i}", dist.Normal(u_loc, u_scale).to_event(1), infer={"class_site": f"c{i}"})
-                latents.append(u)
+                latents.append(pyro.sample(f"u{i}", dist.Normal(u_loc, u_scale).to_event(1)))
         return torch.cat(latents, dim=-1)
 
     def class_logits(self, x: torch.Tensor) -> list[torch.Tensor]:

@@ -46,12 +46,14 @@ class VAE(PyroModule):
 
     Generative model and guide, for a batch of B points::
 
-        z_n ~ p(z)                          (scaled by beta)
+        z_n ~ p(z)
         x_n ~ p(x | decoder(z_n))           n = 1..B
         q(z_n | x_n) = N(loc(x_n), diag scale(x_n)^2)
 
-    With :class:`~pyro.infer.TraceMeanField_ELBO` the objective is
-    :math:`\sum_n E_q[\log p(x_n|z_n)] - \beta\,KL(q(z_n|x_n) \| p(z))`.
+    With :class:`~ppl_vae.infer.MeanFieldELBO` (``beta``) the objective is
+    :math:`\sum_n E_q[\log p(x_n|z_n)] - \beta\,KL(q(z_n|x_n) \| p(z))`; weights live in
+    the objective, so the model is the same Pyro program for every beta (with Pyro's
+    :class:`~pyro.infer.TraceMeanField_ELBO`, beta = 1).
 
     :param encoder: network ``x (B, *event) -> features (B, F)`` with attribute
         ``out_features`` = F.
@@ -61,7 +63,6 @@ class VAE(PyroModule):
         (see :mod:`ppl_vae.distributions`); defaults to N(0, I).
     :param likelihood: ``"bernoulli"``, ``"gaussian"`` or ``"laplace"``.
     :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
-    :param beta: weight of the KL term, > 0 (Pyro scales must be positive).
     :param data_size: N; when set, every per-point site is scaled by N / B so that the
         loss estimates the whole-data-set objective; when ``None`` the loss is the
         minibatch sum.
@@ -75,14 +76,11 @@ class VAE(PyroModule):
         prior: nn.Module | None = None,
         likelihood: str = "bernoulli",
         likelihood_scale: float | None = None,
-        beta: float = 1.0,
         data_size: int | None = None,
     ) -> None:
         super().__init__()
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
-        if not beta > 0:
-            raise ValueError(f"beta must be > 0, got {beta}")
         if data_size is not None and data_size < 1:
             raise ValueError(f"data_size must be >= 1 or None, got {data_size}")
         check_likelihood(likelihood, likelihood_scale)
@@ -98,7 +96,6 @@ class VAE(PyroModule):
         self.latent_dim = int(latent_dim)
         self.likelihood = likelihood
         self.likelihood_scale = likelihood_scale
-        self.beta = float(beta)
         self.data_size = data_size
 
     @pyro_method
@@ -106,8 +103,7 @@ class VAE(PyroModule):
         """p(x, z) for ``x (B, *event)``; returns the decoded batch ``(B, *event)``."""
         batch = x.shape[0]
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
-            with poutine.scale(scale=self.beta):
-                z = pyro.sample("z", self.prior().expand([batch]))
+            z = pyro.sample("z", self.prior().expand([batch]))
             decoded = self.decoder(z)
             pyro.sample(
                 "x",
@@ -122,8 +118,7 @@ class VAE(PyroModule):
         batch = x.shape[0]
         loc, scale = self.head(self.encoder(x))
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
-            with poutine.scale(scale=self.beta):
-                return pyro.sample("z", dist.Normal(loc, scale).to_event(1))
+            return pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Posterior means ``(B, D)`` of q(z | x) for ``x (B, *event)``."""

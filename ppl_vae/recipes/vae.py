@@ -45,12 +45,12 @@ class VAEConfig:
 
 
 def build(config: VAEConfig) -> Experiment:
-    """The VAE, TraceMeanField_ELBO (analytic KL) and the training images of ``config``."""
+    """The VAE, the mean-field ELBO with ``config.beta`` (analytic KL) and the training images of ``config``."""
     data = load_training_data(config.dataset, config.num_train, config.train.seed, mnist_dir=config.mnist_dir)
     encoder, decoder = networks(data, config.latent_dim, config.hidden)
     likelihood = config.likelihood or ("bernoulli" if data.x.dim() == 4 else "gaussian")
     scale = config.likelihood_scale if config.likelihood_scale is not None else (None if likelihood == "bernoulli" else 0.1)
-    model = VAE(encoder, decoder, config.latent_dim, likelihood=likelihood, likelihood_scale=scale, beta=config.beta)
+    model = VAE(encoder, decoder, config.latent_dim, likelihood=likelihood, likelihood_scale=scale)
 
     def evaluate(trained: VAE, pictures: Path) -> dict[str, Any]:
         x, labels = evaluation_batch(data)
@@ -70,7 +70,7 @@ def build(config: VAEConfig) -> Experiment:
             figures["factor_score"] = result.score
         return figures
 
-    return Experiment(model, MeanFieldELBO(), {"x": data.x}, evaluate)
+    return Experiment(model, MeanFieldELBO(beta=config.beta), {"x": data.x}, evaluate)
 
 
 def demo() -> VAEConfig:

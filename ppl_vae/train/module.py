@@ -26,13 +26,8 @@ from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.replay import ReplayedLoss
-from ppl_vae.infer.steps import (
-    AuxiliaryStep,
-    auxiliary_modules,
-    auxiliary_steps,
-    objective_terms,
-    set_training_step,
-)
+from ppl_vae.infer.schedules import set_training_step
+from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules, auxiliary_steps, objective_terms
 from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
@@ -244,7 +239,7 @@ class SVIModule(L.LightningModule):
             self._check_finite(torch.stack([v for values in self._logged for v in values.values()]))
 
     def _training_iteration(self, batch: TensorGroups) -> None:
-        set_training_step(self.iteration, self.model, self.objective)
+        set_training_step(self.iteration)
         elbo_optimizer, *step_optimizers = self._optimizers
         self._current = {}
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):

@@ -123,7 +123,7 @@ def test_library_objectives_train_the_same_with_and_without_validation(name):
         pyro.set_rng_seed(5)
         with pyro.validation_enabled(validate):
             loss = objective.differentiable_loss(model.model, model.guide, **batch)
-        terms = {key: value.clone() for key, value in objective.terms.items()}
+        terms = {key: value.clone() for key, value in objective.logged.items()}
         params = [p for p in model.parameters() if p.requires_grad]
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         results.append((loss.detach(), terms, grads))

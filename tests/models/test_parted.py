@@ -9,7 +9,7 @@ from pyro import poutine
 import ppl_vae
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.infer.parted import PartedELBO
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.parted import PartedConfig, labelled_subset
 
@@ -34,9 +34,18 @@ def test_model_and_guide_share_the_sites_of_the_generative_story():
     assert [n for n, s in guide.nodes.items() if s["type"] == "sample" and n != "data"] == samples[:-1]
     assert guide.nodes["c0"]["value"].shape == (8, 3)
     assert torch.allclose(guide.nodes["c0"]["value"].sum(-1), torch.ones(8))
-    assert guide.nodes["u1"]["infer"]["class_site"] == "c1"
-    components = trace.nodes["u0"]["fn"].component_distribution
-    assert components.batch_shape == (8, 3) and components.event_shape == (2,)
+    assert trace.nodes["u0"]["fn"].batch_shape == (8,) and trace.nodes["u0"]["fn"].event_shape == (2,)
+    assert model.class_variables()[1] == ("c1", "u1", "class_priors.1")
+    assert model.get_submodule("class_priors.1")().batch_shape == (2,)
+
+
+def test_prior_draws_of_u_come_from_the_class_that_c_picks():
+    model = small_model()
+    trace = poutine.trace(model.model).get_trace(images())
+    c, u = trace.nodes["c0"]["value"], trace.nodes["u0"]["fn"]
+    table = model.class_priors[0]()
+    assert torch.equal(c.sum(-1), torch.ones(8))
+    torch.testing.assert_close(u.mean, table.mean[c.argmax(-1)])
 
 
 def test_c_reaches_the_decoder_only_through_u():
@@ -65,7 +74,7 @@ def test_one_variable_accepts_labels_of_shape_batch():
 def test_attention_sharpness_follows_its_schedule_and_is_final_in_eval_mode():
     model = small_model(sharpness=LinearSchedule.from_rate(1.0, 2e-4, 8.0))
     assert model.current_sharpness() == 1.0
-    model.set_training_step(10_000)
+    set_training_step(10_000)
     assert model.current_sharpness() == pytest.approx(3.0)
     model.eval()
     assert model.current_sharpness() == 8.0
