@@ -6,6 +6,7 @@ import pyro
 import pytest
 import torch
 from pyro.infer import SVI
+from reach import groups_reached as reach_groups
 
 import ppl_vae
 from ppl_vae.distributions import StudentTPrior, bhattacharyya_coefficient
@@ -32,13 +33,7 @@ def elbo(**kwargs) -> PartedELBO:
 
 
 def groups_reached(model: PartedVAE, value: torch.Tensor) -> set[str]:
-    reached = set()
-    for group in GROUPS:
-        params = list(getattr(model, group).parameters())
-        grads = torch.autograd.grad(value, params, retain_graph=True, allow_unused=True)
-        if any(g is not None and g.abs().sum() > 0 for g in grads):
-            reached.add(group)
-    return reached
+    return reach_groups(model, value, GROUPS)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import pytest
 import torch
 from pyro import poutine
 from pyro.infer import SVI, Predictive
+from reach import groups_reached
 
 from ppl_vae.distributions import IsotropicGaussianPrior
 from ppl_vae.infer import (
@@ -97,16 +98,6 @@ def test_the_loss_is_the_reconstruction_plus_each_weighted_factor():
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
-def reached(model: torch.nn.Module, value: torch.Tensor, groups: tuple[str, ...]) -> set[str]:
-    found = set()
-    for group in groups:
-        params = list(getattr(model, group).parameters())
-        grads = torch.autograd.grad(value, params, retain_graph=True, allow_unused=True)
-        if any(g is not None and g.abs().sum() > 0 for g in grads):
-            found.add(group)
-    return found
-
-
 def train(model, objective, batch: dict, steps: int = 5) -> list[float]:
     svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-2}), objective)
     losses = []
@@ -128,7 +119,7 @@ def test_a_capacity_on_the_contrastive_shared_latent_trains_is_logged_and_reache
     assert any(not torch.equal(p, before[name]) for name, p in model.shared_head.named_parameters())
     terms = objective.differentiable_terms(model.model, model.guide, **batch)
     groups = ("salient_encoder", "salient_head", "shared_encoder", "shared_head", "decoder")
-    assert reached(model, terms["capacity_target_z"], groups) == {"shared_encoder", "shared_head"}
+    assert groups_reached(model, terms["capacity_target_z"], groups) == {"shared_encoder", "shared_head"}
     model_trace, _ = objective.traces(model.model, model.guide, **batch)
     assert model_trace.nodes["target_z"]["mask"] is False and model_trace.nodes["background_z"]["mask"] is None
 
@@ -142,7 +133,7 @@ def test_the_aggregate_mmd_on_parted_z_trains_is_logged_and_reaches_only_the_z_p
     assert "aggregate_divergence" in objective.logged
     terms = objective.differentiable_terms(model.model, model.guide, **batch)
     groups = ("encoder", "z_head", "class_heads", "attention", "u_heads", "class_priors", "decoder")
-    assert reached(model, terms["aggregate_divergence"], groups) == {"encoder", "z_head"}
+    assert groups_reached(model, terms["aggregate_divergence"], groups) == {"encoder", "z_head"}
 
 
 def test_a_generic_objective_with_a_capacity_term_replaces_the_kl_of_its_site():
