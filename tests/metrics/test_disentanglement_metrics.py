@@ -6,7 +6,17 @@ import numpy as np
 import pytest
 import torch
 
-from ppl_vae.metrics import BetaVAEResult, DCIResult, MIGResult, SAPResult, beta_vae_score, dci, mig, sap_score
+from ppl_vae.metrics import (
+    BetaVAEResult,
+    DCIResult,
+    MIGResult,
+    SAPResult,
+    beta_vae_score,
+    dci,
+    disentanglement_scores,
+    mig,
+    sap_score,
+)
 from ppl_vae.metrics.synthetic import SyntheticFactors
 
 SIZES = (1, 3, 4, 5)  # a single-valued factor first, like dSprites' color
@@ -228,3 +238,23 @@ def test_progress_bars_write_nothing_when_stderr_is_not_a_terminal(name, dataset
     METRICS[name](dataset.true_factors, dataset, progress=True, **FAST[name])
 
     assert capsys.readouterr().err == ""
+
+
+def test_disentanglement_scores_of_the_true_factors_on_dsprites_sized_factors():
+    dataset = SyntheticFactors()
+
+    scores = disentanglement_scores(dataset.true_factors, dataset, votes=50)
+
+    assert set(scores) == {
+        "factor_score_parted", "mig", "sap", "dci_disentanglement", "dci_completeness", "dci_informativeness",
+        "beta_vae",
+    }
+    assert scores["factor_score_parted"] >= 0.99
+    assert scores["beta_vae"] == 1.0
+    assert scores["dci_disentanglement"] > 0.95 and scores["dci_completeness"] > 0.95
+    assert scores["mig"] > 0.5, "250 points: the plug-in mutual information of independent factors is large"
+
+
+def test_disentanglement_scores_refuses_too_few_votes(dataset):
+    with pytest.raises(ValueError, match="votes.*1"):
+        disentanglement_scores(dataset.true_factors, dataset, votes=1)
