@@ -154,7 +154,7 @@ def factor_score(
     check_non_negative(prune_threshold=prune_threshold, min_std=min_std)
     varying = varying_factors(dataset)
     sizes = tuple(int(size) for size in dataset.factor_sizes)
-    total = int(np.prod(sizes))
+    total = math.prod(sizes)
     if num_images is not None:
         check_integers(num_images=(num_images, chunk_size))
         if num_images > total:
