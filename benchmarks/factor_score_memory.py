@@ -1,7 +1,7 @@
 """Peak memory and time of the Factor score as the number of encoded images grows.
 
-The parted protocol runs with ``max_images_per_value`` scaled up to the full data set (None:
-all 737,280 dSprites images, the PartedVAE authors' protocol); one row of the standard
+The parted protocol runs on random subsets of ``num_images`` images growing up to the full data
+set (None: all 737,280 dSprites images, the PartedVAE authors' protocol); one row of the standard
 protocol (disentanglement_lib defaults) is added for comparison. The encoder is a fixed
 random linear map 4096 -> D, so the time is the metric's and the renderer's, not a network's.
 
@@ -16,8 +16,8 @@ Usage:
         [--json PATH]
 
 ``--dataset dsprites`` uses ``ppl_vae.data.DSprites`` (rendered on demand) when it can be
-imported; ``synthetic`` (default) renders each image as zeros with the factor values written
-into its first pixels.
+imported; ``synthetic`` (default) is ``ppl_vae.metrics.synthetic.SyntheticFactors``: each image
+is zeros with the factor values written into its first pixels.
 """
 from __future__ import annotations
 
@@ -36,27 +36,9 @@ import torch
 from reporting import write_results
 
 from ppl_vae.metrics import factor_score
+from ppl_vae.metrics.synthetic import DSPRITES_FACTOR_SIZES, SyntheticFactors
 
-DSPRITES_FACTOR_SIZES = (1, 3, 6, 40, 32, 32)
 DEFAULT_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "factor_score_memory.json")
-
-
-class SyntheticFactors:
-    """dSprites' factor API; image i is zeros with pixel (0, 0, k) = factor k's value index."""
-
-    factor_names = ("color", "shape", "scale", "orientation", "posX", "posY")
-    factor_sizes = DSPRITES_FACTOR_SIZES
-
-    def sample_factors(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Uniform factor indices: LongTensor (n, 6)."""
-        columns = [torch.randint(size, (n,), generator=generator) for size in self.factor_sizes]
-        return torch.stack(columns, dim=1)
-
-    def images_from_factors(self, factors: torch.Tensor) -> torch.Tensor:
-        """FloatTensor (n, 1, 64, 64)."""
-        images = torch.zeros(factors.shape[0], 1, 64, 64)
-        images[:, 0, 0, : factors.shape[1]] = factors.float()
-        return images
 
 
 class LinearEncoder:
@@ -99,7 +81,7 @@ def measure(config: dict[str, Any]) -> dict[str, Any]:
     baseline = maxrss_mib()
     tracemalloc.start()
     start = time.perf_counter()
-    result = factor_score(encoder, dataset, **config["options"])
+    result = factor_score(encoder, dataset, progress=False, **config["options"])
     seconds = time.perf_counter() - start
     _, traced_peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -135,10 +117,10 @@ def measure_in_fresh_process(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def configurations(dataset: str, quick: bool, num_dims: int, encode_batch_size: int) -> list[dict]:
-    """Parted runs at growing ``max_images_per_value``, then one standard run."""
-    caps: list[int | None] = [200, 800] if quick else [1000, 4000, 16000, 64000, None]
+    """Parted runs on growing ``num_images``, then one standard run."""
+    caps: list[int | None] = [2000, 8000] if quick else [16_000, 64_000, 256_000, None]
     standard = {"n_train": 500, "n_eval": 250, "n_variance": 1000} if quick else {}
-    options = [{"protocol": "parted", "max_images_per_value": cap} for cap in caps]
+    options = [{"protocol": "parted", "num_images": cap} for cap in caps]
     options.append({"protocol": "standard", **standard})
     return [
         {
@@ -156,14 +138,14 @@ ROW_FORMAT = "{:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>8} {:>6}"
 def print_header() -> None:
     """Column titles of :func:`print_row`."""
     print(ROW_FORMAT.format(
-        "protocol", "cap/value", "images", "seconds", "img/s", "traced MiB", "rss MiB", "score"
+        "protocol", "subset", "images", "seconds", "img/s", "traced MiB", "rss MiB", "score"
     ))
 
 
 def print_row(row: dict[str, Any]) -> None:
     """One line per run."""
     options = row["options"]
-    cap = options.get("max_images_per_value", "-")
+    cap = options.get("num_images", "-")
     print(
         ROW_FORMAT.format(
             options["protocol"], "all" if cap is None else cap, row["images_encoded"],

@@ -94,6 +94,44 @@ def _heart(u: np.ndarray, v: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return (x**2 + y**2 - 1.0) ** 3 - x**2 * y**3 < -_EPS
 
 
+def stratified_label_indices(
+    count: int | None = None, fraction: float | None = None, seed: int = 0
+) -> torch.Tensor:
+    """Flat indices of a random labelled subset of the full dSprites grid, stratified by shape.
+
+    The number of labelled images is a count or a fraction of all 737,280 images (the
+    PartedVAE paper labels 0.5%: ``fraction=0.005`` gives ``round(0.005 * 737280) = 3,686``),
+    whatever subset of images a model trains on; the labelled images may lie outside it. The
+    count is split as evenly as the three shapes allow (3,686 -> 1,229 / 1,229 / 1,228, the
+    first shapes taking the remainder), and each shape's images are drawn uniformly without
+    replacement from its 245,760 images, so the other factors are uniform within a shape.
+
+    :param count: number of labelled images, in [1, 737280]. Give exactly one of ``count`` and
+        ``fraction``.
+    :param fraction: share of the full set, in (0, 1]; at least one image.
+    :param seed: seeds the draw (numpy Generator): same seed, same indices.
+    :returns: int64 (n,), sorted flat indices (``DSprites.index_of`` order).
+    :raises ValueError: both or neither of ``count`` and ``fraction``, a count that is not an
+        integer in [1, 737280] (booleans refused), a fraction outside (0, 1].
+    """
+    if (count is None) == (fraction is None):
+        raise ValueError(f"give exactly one of count and fraction, got count={count!r}, fraction={fraction!r}")
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be a number in (0, 1] of the {NUM_IMAGES} images, got {fraction!r}")
+        count = max(1, round(fraction * NUM_IMAGES))
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 1 <= count <= NUM_IMAGES:
+        raise ValueError(f"count must be an integer in [1, {NUM_IMAGES}], got {count!r}")
+    rng = np.random.default_rng(seed)
+    shapes = FACTOR_SIZES[1]
+    per_shape = _BASES[1]
+    chosen = [
+        shape * per_shape + rng.choice(per_shape, size=count // shapes + (shape < count % shapes), replace=False)
+        for shape in range(shapes)
+    ]
+    return torch.from_numpy(np.sort(np.concatenate(chosen)).astype(np.int64))
+
+
 class DSpritesRenderer:
     """Deterministic, vectorised renderer of the dSprites factor grid.
 

@@ -37,3 +37,10 @@ def _integer_valued_floats(array: np.ndarray) -> bool:
     if array.dtype.kind != "f":
         return False
     return bool(np.all(np.isfinite(array) & (array == np.round(array))))
+
+
+def check_finite(array: np.ndarray, name: str) -> None:
+    """ValueError naming ``name`` when ``array`` holds NaN or an infinity."""
+    if not np.isfinite(array).all():
+        bad = np.count_nonzero(~np.isfinite(array))
+        raise ValueError(f"{name} must be finite, got {bad} NaN or infinite value(s) of {array.size}")

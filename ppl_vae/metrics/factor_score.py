@@ -7,38 +7,27 @@ The docstring of :func:`factor_score` lists every difference between the two.
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 import torch
 
-from ppl_vae.metrics._arrays import as_numpy
+from ppl_vae.metrics._factor_data import (
+    BatchedEncoder,
+    Encode,
+    FactorDataset,
+    check_integers,
+    check_non_negative,
+    varying_factors,
+)
+from ppl_vae.metrics._progress import progress_bar
 
-Encode = Callable[[torch.Tensor], "torch.Tensor | np.ndarray"]
+__all__ = ["FactorDataset", "FactorScoreResult", "factor_score"]
+
 FactorProtocol = Literal["standard", "parted"]
 PROTOCOLS: tuple[str, ...] = ("standard", "parted")
 _SCAN_BLOCK = 65536
-
-
-class FactorDataset(Protocol):
-    """What the Factor score needs from a data set (the API of ``ppl_vae.data.DSprites``).
-
-    The data set must hold every combination of factor values exactly once (dSprites does).
-    """
-
-    factor_sizes: Sequence[int]
-    factor_names: Sequence[str]
-
-    def sample_factors(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Draw factor indices uniformly: LongTensor (n, num_factors)."""
-        ...
-
-    def images_from_factors(self, factors: torch.Tensor) -> torch.Tensor:
-        """Render the images of factor indices (n, num_factors): FloatTensor (n, 1, 64, 64)."""
-        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,43 +58,6 @@ class FactorScoreResult:
         return self.score
 
 
-class _BatchedEncoder:
-    """Encodes factor indices via images, at most ``batch_size`` images per ``encode`` call."""
-
-    def __init__(self, encode: Encode, dataset: FactorDataset, batch_size: int) -> None:
-        self.encode = encode
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.num_dims: int | None = None
-
-    def __call__(self, factors: torch.Tensor) -> np.ndarray:
-        """Representations float64 (n, D) of factor indices LongTensor (n, num_factors)."""
-        parts = [
-            self._encode_batch(factors[start : start + self.batch_size])
-            for start in range(0, factors.shape[0], self.batch_size)
-        ]
-        return np.concatenate(parts)
-
-    def _encode_batch(self, factors: torch.Tensor) -> np.ndarray:
-        images = self.dataset.images_from_factors(factors)
-        representation = as_numpy(self.encode(images))
-        self._check(representation, factors.shape[0])
-        return representation.astype(np.float64, copy=False)
-
-    def _check(self, representation: np.ndarray, n: int) -> None:
-        if representation.ndim != 2 or representation.shape[0] != n:
-            raise ValueError(
-                f"encode must return a 2-D representation (n, D) with n = {n} images, "
-                f"got shape {representation.shape}"
-            )
-        if self.num_dims is None:
-            self.num_dims = representation.shape[1]
-        elif representation.shape[1] != self.num_dims:
-            raise ValueError(
-                f"encode returned {representation.shape[1]} dimensions after {self.num_dims}"
-            )
-
-
 def factor_score(
     encode: Encode,
     dataset: FactorDataset,
@@ -119,8 +71,9 @@ def factor_score(
     prune_threshold: float = 0.05,
     chunk_size: int = 100,
     min_std: float = 0.1,
-    max_images_per_value: int | None = None,
+    num_images: int | None = None,
     encode_batch_size: int = 1024,
+    progress: bool = True,
 ) -> FactorScoreResult:
     """Factor (FactorVAE) score of the representation ``encode`` gives on ``dataset``.
 
@@ -131,12 +84,14 @@ def factor_score(
         are skipped: they never receive a vote.
     :param n_train, n_eval, batch_size, n_variance, prune_threshold: used by the standard
         protocol only (validated for both).
-    :param chunk_size, min_std, max_images_per_value: used by the parted protocol only.
+    :param chunk_size, min_std, num_images: used by the parted protocol only.
     :param seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
-        the factor of each vote and the parted subsample); same seed, same score for a
-        deterministic ``encode``.
+        the factor of each vote, and the parted protocol's image order and subset); same
+        seed, same score for a deterministic ``encode``.
     :param encode_batch_size: images per ``encode`` call; memory is bounded by it, never by the
         data set size.
+    :param progress: show a progress bar of the images encoded (only when stderr is a
+        terminal).
 
     Protocols. Both divide each dimension by its std, give each vote to the dimension with
     the least variance among images that share one factor value, and score how
@@ -158,97 +113,72 @@ def factor_score(
        disentanglement_lib records the argmin as a position among the active dimensions;
        here it is mapped back to the dimension index (same accuracy, readable ``votes``).
 
-    ``"parted"`` (the PartedVAE authors' evaluation code):
+    ``"parted"`` (the PartedVAE authors' evaluation code, which reads the data set through a
+    shuffled loader):
 
-    1. Each dimension is divided by its std over the data (the images encoded below).
-    2. For every factor k and every value v, the images with factor k = v, in data set order
-       (factor indices lexicographic, the last factor fastest: dSprites' file order), are
-       cut into consecutive chunks of ``chunk_size`` images (the last chunk may be shorter;
-       a chunk of one image is skipped). Chunks are therefore not random batches: a chunk
-       also holds the slowly varying factors fixed.
+    1. The images (all of them, or a uniform random subset of ``num_images``) are put in
+       one random order, as a shuffled loader yields them, and encoded once each; every
+       dimension is divided by its std over these images.
+    2. For every factor k and every value v, the images with factor k = v, in that random
+       order, are cut into consecutive chunks of ``chunk_size`` images; the partial last
+       chunk is dropped (floor(n_v / chunk_size) chunks from the n_v images with k = v).
+       Each chunk is therefore a random draw over the other factors, like a standard
+       vote's batch; a factor whose values each hold fewer than ``chunk_size`` images
+       gets no vote.
     3. Each chunk votes for the dimension of least normalised variance; no pruning before the
        argmin (a dimension with zero std never wins). The vote is dropped, not given to
        another dimension, when the winner's std is below ``min_std``; dropped votes are not
        counted in the total.
     4. Score = sum_d max_k votes[d, k] / total votes, on the same votes: no held-out split,
-       so chance level is above 1 / num_factors. No vote kept: score 0.
-    With ``max_images_per_value=None`` (default) all images are used, each encoded exactly
-    once (737,280 for dSprites: the authors' full protocol). An integer m subsamples whole
-    chunks at random, without replacement, with the same fraction f = m / (largest number
-    of images sharing a value) for every factor, at least one chunk per value: no value
-    uses more than m images, and every factor keeps its share of the votes (equal for
-    dSprites, as in the full protocol). Each chunk is one of the full protocol's chunks, so
-    the vote proportions estimate the full protocol's. The one-chunk minimum over-weights
-    factors with many values when f * (images per value) < chunk_size (m below about
-    1,334 on dSprites). On dSprites, m = 10,000 encodes about 135,000 images instead of
-    737,280 (see benchmarks/factor_score_memory.py for time and memory).
+       so the score of an uninformative representation is above 1 / (number of varying
+       factors) by a margin that shrinks as the number of votes grows. No vote kept: score 0.
+    With ``num_images=None`` (default) all images are used (737,280 for dSprites, about
+    7,370 votes per factor: the authors' full protocol); ``num_images=m`` runs the same
+    protocol on a random subset of m images (about m / chunk_size votes per factor, every
+    factor its share), for a cheaper estimate.
 
     :returns: :class:`FactorScoreResult`.
     :raises ValueError: naming the argument and its value, for any protocol: n_train, n_eval or
         encode_batch_size < 1; batch_size, n_variance or chunk_size < 2; prune_threshold
-        or min_std < 0; max_images_per_value < chunk_size; an unknown protocol; a data
-        set without a factor of more than one value; ``encode`` returning something other
-        than a 2-D array with one row per image, or a changing number of dimensions.
+        or min_std < 0; num_images < chunk_size or above the data set's size; an unknown
+        protocol; a data set without a factor of more than one value; ``encode`` returning
+        something other than a finite 2-D array with one row per image, or a changing
+        number of dimensions.
     """
-    _check_arguments(
-        n_train=n_train,
-        n_eval=n_eval,
-        batch_size=batch_size,
-        protocol=protocol,
-        n_variance=n_variance,
-        prune_threshold=prune_threshold,
-        chunk_size=chunk_size,
-        min_std=min_std,
-        max_images_per_value=max_images_per_value,
-        encode_batch_size=encode_batch_size,
+    check_integers(
+        n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 2),
+        n_variance=(n_variance, 2), chunk_size=(chunk_size, 2), encode_batch_size=(encode_batch_size, 1),
     )
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    check_non_negative(prune_threshold=prune_threshold, min_std=min_std)
+    varying = varying_factors(dataset)
     sizes = tuple(int(size) for size in dataset.factor_sizes)
-    varying = [k for k, size in enumerate(sizes) if size > 1]
-    if not varying:
-        raise ValueError(f"dataset has no factor with more than one value: {sizes}")
-    encoder = _BatchedEncoder(encode, dataset, encode_batch_size)
+    total = math.prod(sizes)
+    if num_images is not None:
+        check_integers(num_images=(num_images, chunk_size))
+        if num_images > total:
+            raise ValueError(f"num_images must be at most the data set's {total} images, got {num_images}")
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    with torch.no_grad():
+    if protocol == "standard":
+        images = n_variance + (n_train + n_eval) * batch_size
+    else:
+        images = total if num_images is None else num_images
+    with torch.no_grad(), progress_bar(images, f"Factor score ({protocol})", progress) as bar:
+        encoder = BatchedEncoder(encode, dataset, encode_batch_size, bar)
         if protocol == "standard":
             return _standard_score(
                 encoder, dataset, sizes, varying, generator, rng,
                 n_train=n_train, n_eval=n_eval, batch_size=batch_size,
                 n_variance=n_variance, prune_threshold=prune_threshold,
             )
-        return _parted_score(
-            encoder, sizes, varying, rng,
-            chunk_size=chunk_size, min_std=min_std, max_images_per_value=max_images_per_value,
-        )
-
-
-def _check_arguments(**arguments: object) -> None:
-    """Raise ValueError naming the first argument out of its range."""
-    minimum = {
-        "n_train": 1, "n_eval": 1, "batch_size": 2, "n_variance": 2,
-        "chunk_size": 2, "encode_batch_size": 1,
-    }
-    for name, lowest in minimum.items():
-        value = arguments[name]
-        if not isinstance(value, (int, np.integer)) or value < lowest:
-            raise ValueError(f"{name} must be an integer >= {lowest}, got {value!r}")
-    if arguments["protocol"] not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {arguments['protocol']!r}")
-    for name in ("prune_threshold", "min_std"):
-        value = arguments[name]
-        if not isinstance(value, numbers.Real) or not value >= 0:
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-    cap = arguments["max_images_per_value"]
-    chunk_size = arguments["chunk_size"]
-    if cap is not None and (not isinstance(cap, (int, np.integer)) or cap < chunk_size):
-        raise ValueError(
-            f"max_images_per_value must be None or an integer >= chunk_size ({chunk_size}), "
-            f"got {cap!r}"
-        )
+        order = rng.permutation(total) if num_images is None else rng.choice(total, num_images, replace=False)
+        return _parted_score(encoder, _ShuffledChunks(sizes, varying, chunk_size, order), min_std=min_std)
 
 
 def _standard_score(
-    encoder: _BatchedEncoder,
+    encoder: BatchedEncoder,
     dataset: FactorDataset,
     sizes: tuple[int, ...],
     varying: list[int],
@@ -282,7 +212,7 @@ def _standard_score(
 
 
 def _global_variance(
-    encoder: _BatchedEncoder, dataset: FactorDataset, n: int, generator: torch.Generator
+    encoder: BatchedEncoder, dataset: FactorDataset, n: int, generator: torch.Generator
 ) -> np.ndarray:
     """Variance (ddof 1) of each dimension over ``n`` random images, in bounded memory: (D,)."""
     moments = _Moments()
@@ -304,7 +234,7 @@ class _VoteDrawer:
 
     def __init__(
         self,
-        encoder: _BatchedEncoder,
+        encoder: BatchedEncoder,
         dataset: FactorDataset,
         sizes: tuple[int, ...],
         varying: list[int],
@@ -372,59 +302,48 @@ class _Moments:
         return np.maximum(centred / (self.count - 1), 0.0)
 
 
-class _ChunkLayout:
-    """Numbering of the parted protocol's chunks: (factor k, value v, chunk j) -> one id.
+class _ShuffledChunks:
+    """The parted protocol's chunks over images in one random (loader) order.
 
-    The images with factor k = v, in data set order, have position p = index of the other
-    factors' values (lexicographic); chunk j holds positions [j * chunk_size, (j+1) *
-    chunk_size).
+    For each varying factor k and value v, the images with k = v, in loader order, are cut
+    into chunks of ``chunk_size``; the partial last chunk is dropped. Chunks get ids
+    0 .. num_chunks - 1, factor by factor.
+
+    :ivar order: flat image indices (M,), in loader order.
+    :ivar chunk_of: per varying factor, int64 (M,): the chunk id of the image at each loader
+        position, -1 when it falls in a dropped partial chunk.
+    :ivar factor_of_chunk: int64 (num_chunks,): the factor each chunk fixes.
     """
 
-    def __init__(self, sizes: tuple[int, ...], varying: list[int], chunk_size: int) -> None:
+    def __init__(self, sizes: tuple[int, ...], varying: list[int], chunk_size: int, order: np.ndarray) -> None:
         self.sizes = sizes
-        self.varying = varying
-        self.chunk_size = chunk_size
-        self.num_images = math.prod(sizes)
-        self.per_value = {k: self.num_images // sizes[k] for k in varying}
-        self.chunks_per_value = {k: -(-self.per_value[k] // chunk_size) for k in varying}
-        self.offset: dict[int, int] = {}
-        factor_of_chunk = []
+        self.order = order
+        self.chunk_of: list[np.ndarray] = []
+        factor_of_chunk: list[np.ndarray] = []
+        first_id = 0
         for k in varying:
-            self.offset[k] = len(factor_of_chunk)
-            factor_of_chunk += [k] * (sizes[k] * self.chunks_per_value[k])
-        self.factor_of_chunk = np.asarray(factor_of_chunk, dtype=np.int64)
+            values = order // math.prod(sizes[k + 1 :]) % sizes[k]
+            chunk, full = _chunks_in_order(values, sizes[k], chunk_size)
+            first = first_id + np.concatenate(([0], np.cumsum(full)[:-1]))
+            self.chunk_of.append(np.where(chunk < full[values], first[values] + chunk, -1))
+            factor_of_chunk.append(np.full(int(full.sum()), k, dtype=np.int64))
+            first_id += int(full.sum())
+        self.factor_of_chunk = np.concatenate(factor_of_chunk)
 
     @property
     def num_chunks(self) -> int:
-        """Number of chunks over all factors and values."""
+        """Number of (full) chunks over all factors and values."""
         return self.factor_of_chunk.shape[0]
 
-    def chunk_ids(self, factors: np.ndarray) -> np.ndarray:
-        """Chunk id of each image for each varying factor: (n, len(varying)) from (n, F)."""
-        columns = []
-        for k in self.varying:
-            others = [i for i in range(len(self.sizes)) if i != k]
-            position = np.ravel_multi_index(
-                tuple(factors[:, others].T), tuple(self.sizes[i] for i in others)
-            )
-            chunk = position // self.chunk_size
-            columns.append(self.offset[k] + factors[:, k] * self.chunks_per_value[k] + chunk)
-        return np.stack(columns, axis=1)
 
-    def select(self, max_images_per_value: int | None, rng: np.random.Generator) -> np.ndarray:
-        """Boolean mask (num_chunks,) of the chunks to use; see ``max_images_per_value``."""
-        if max_images_per_value is None:
-            return np.ones(self.num_chunks, dtype=bool)
-        fraction = min(1.0, max_images_per_value / max(self.per_value.values()))
-        selected = np.zeros(self.num_chunks, dtype=bool)
-        for k in self.varying:
-            available = self.chunks_per_value[k]
-            wanted = int(fraction * self.per_value[k] / self.chunk_size)
-            take = min(available, max(1, wanted))
-            for value in range(self.sizes[k]):
-                chosen = rng.choice(available, size=take, replace=False)
-                selected[self.offset[k] + value * available + chosen] = True
-        return selected
+def _chunks_in_order(values: np.ndarray, size: int, chunk_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk number of each position among the positions of its value, in order: (M,); and the
+    number of full chunks of each value: (size,)."""
+    counts = np.bincount(values, minlength=size)
+    by_value = np.argsort(values, kind="stable")
+    rank = np.empty_like(by_value)
+    rank[by_value] = np.arange(values.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rank // chunk_size, counts // chunk_size
 
 
 class _ChunkMoments:
@@ -445,63 +364,45 @@ class _ChunkMoments:
         np.add.at(self.squares, chunk, np.square(representation))
 
     def variance(self) -> np.ndarray:
-        """Variance (ddof 1) per chunk (num_chunks, D); NaN rows for chunks of < 2 images."""
+        """Variance (ddof 1) per chunk (num_chunks, D); every chunk holds >= 2 images."""
         count = self.count[:, None].astype(np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            centred = self.squares - np.square(self.total) / count
-            variance = np.maximum(centred / (count - 1), 0.0)
-        variance[self.count < 2] = np.nan
-        return variance
+        centred = self.squares - np.square(self.total) / count
+        return np.maximum(centred / (count - 1), 0.0)
 
 
-def _parted_score(
-    encoder: _BatchedEncoder,
-    sizes: tuple[int, ...],
-    varying: list[int],
-    rng: np.random.Generator,
-    *,
-    chunk_size: int,
-    min_std: float,
-    max_images_per_value: int | None,
-) -> FactorScoreResult:
+def _parted_score(encoder: BatchedEncoder, chunks: _ShuffledChunks, *, min_std: float) -> FactorScoreResult:
     """The PartedVAE authors' protocol; see :func:`factor_score`."""
-    layout = _ChunkLayout(sizes, varying, chunk_size)
-    selected = layout.select(max_images_per_value, rng)
-    data_moments, chunk_moments = _accumulate_chunks(encoder, layout, selected)
+    data_moments, chunk_moments = _accumulate_chunks(encoder, chunks)
     data_std = np.sqrt(data_moments.variance())
-    used = selected & (chunk_moments.count >= 2)
-    winner = _least_variance_dims(chunk_moments.variance()[used], data_std**2)
-    keep = data_std[winner] >= min_std
-    votes = np.zeros((data_std.shape[0], len(sizes)), dtype=np.int64)
-    np.add.at(votes, (winner[keep], layout.factor_of_chunk[used][keep]), 1)
+    votes = np.zeros((data_std.shape[0], len(chunks.sizes)), dtype=np.int64)
+    if chunks.num_chunks:
+        winner = _least_variance_dims(chunk_moments.variance(), data_std**2)
+        keep = data_std[winner] >= min_std
+        np.add.at(votes, (winner[keep], chunks.factor_of_chunk[keep]), 1)
     total = votes.sum()
     score = float(votes.max(axis=1).sum() / total) if total else 0.0
     active = tuple(int(d) for d in np.flatnonzero(data_std >= min_std))
     return FactorScoreResult(score, score, votes, active, "parted")
 
 
-def _accumulate_chunks(
-    encoder: _BatchedEncoder, layout: _ChunkLayout, selected: np.ndarray
-) -> tuple[_Moments, _ChunkMoments]:
-    """Encode, once each, the images of the selected chunks; moments over all and per chunk.
+def _accumulate_chunks(encoder: BatchedEncoder, chunks: _ShuffledChunks) -> tuple[_Moments, _ChunkMoments]:
+    """Encode each image once, in loader order; moments over all images and per chunk.
 
-    Image indices are scanned in blocks of ``_SCAN_BLOCK``: memory is bounded by the block,
-    the number of chunks and ``encoder.batch_size`` images, not by the data set size.
+    Loader positions are scanned in blocks of ``_SCAN_BLOCK``: memory is bounded by the
+    block, the number of chunks and the index arrays of :class:`_ShuffledChunks`, never by
+    a representation of the whole data set.
     """
     data_moments = _Moments()
-    chunk_moments = _ChunkMoments(layout.num_chunks)
-    for start in range(0, layout.num_images, _SCAN_BLOCK):
-        index = np.arange(start, min(start + _SCAN_BLOCK, layout.num_images))
-        factors = np.stack(np.unravel_index(index, layout.sizes), axis=1)
-        chunk = layout.chunk_ids(factors)
-        needed = selected[chunk].any(axis=1)
-        if not needed.any():
-            continue
-        representation = encoder(torch.as_tensor(factors[needed]))
+    chunk_moments = _ChunkMoments(chunks.num_chunks)
+    for start in range(0, chunks.order.shape[0], _SCAN_BLOCK):
+        block = slice(start, start + _SCAN_BLOCK)
+        factors = np.stack(np.unravel_index(chunks.order[block], chunks.sizes), axis=1)
+        representation = encoder(torch.as_tensor(factors))
         data_moments.add(representation)
-        for column in range(chunk.shape[1]):
-            rows = selected[chunk[needed, column]]
-            chunk_moments.add(chunk[needed, column][rows], representation[rows])
+        for chunk_of in chunks.chunk_of:
+            ids = chunk_of[block]
+            kept = ids >= 0
+            chunk_moments.add(ids[kept], representation[kept])
     return data_moments, chunk_moments
 
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from ppl_vae.metrics._arrays import as_float_matrix
+from ppl_vae.metrics._arrays import as_float_matrix, check_finite
 
 
 def hoyer_sparsity(z: Any) -> float:
@@ -23,9 +23,10 @@ def hoyer_sparsity(z: Any) -> float:
       mean; if no point is left, the result is 0.0.
 
     :param z: torch tensor or array-like (n, D), D >= 2, e.g. posterior means.
-    :raises ValueError: ``z`` not 2-D, with no row, or with D < 2.
+    :raises ValueError: ``z`` not 2-D, with no row, with D < 2, or holding NaN or inf.
     """
     points = as_float_matrix(z, "z")
+    check_finite(points, "z")
     n, num_dims = points.shape
     if num_dims < 2:
         raise ValueError(f"z must have D >= 2 dimensions, got D = {num_dims}")

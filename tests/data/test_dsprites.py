@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ppl_vae.data import DSprites
-from ppl_vae.data.dsprites import NUM_IMAGES, DSpritesRenderer
+from ppl_vae.data.dsprites import NUM_IMAGES, DSpritesRenderer, stratified_label_indices
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +195,54 @@ def test_npz_with_a_wrong_grid_is_rejected(tmp_path):
 def test_path_and_cache_dir_together_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="path and cache_dir"):
         DSprites(path=tmp_path / "x.npz", cache_dir=tmp_path)
+
+
+def test_label_fraction_is_taken_of_the_full_set_and_split_evenly_by_shape(dsprites):
+    indices = stratified_label_indices(fraction=0.005, seed=0)
+
+    assert indices.shape == (3686,) and indices.dtype == torch.int64
+    assert torch.unique(indices).shape == (3686,)
+    assert torch.equal(indices, torch.sort(indices).values)
+    shapes = dsprites.factors_of(indices)[:, 1]
+    assert torch.bincount(shapes).tolist() == [1229, 1229, 1228]
+
+
+def test_label_count_gives_that_many_distinct_images(dsprites):
+    indices = stratified_label_indices(count=100, seed=3)
+
+    assert torch.unique(indices).shape == (100,)
+    assert torch.bincount(dsprites.factors_of(indices)[:, 1]).tolist() == [34, 33, 33]
+
+
+def test_labelled_images_are_spread_over_the_other_factors(dsprites):
+    factors = dsprites.factors_of(stratified_label_indices(fraction=0.005, seed=0))
+
+    for k in (2, 3, 4, 5):
+        counts = torch.bincount(factors[:, k], minlength=dsprites.factor_sizes[k]).double()
+        assert counts.min() > 0.5 * counts.mean(), dsprites.factor_names[k]
+
+
+def test_label_indices_depend_on_the_seed_only():
+    first = stratified_label_indices(count=500, seed=1)
+
+    assert torch.equal(first, stratified_label_indices(count=500, seed=1))
+    assert not torch.equal(first, stratified_label_indices(count=500, seed=2))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "match"),
+    [
+        ({}, "exactly one of count and fraction"),
+        ({"count": 10, "fraction": 0.1}, "exactly one of count and fraction"),
+        ({"count": 0}, "count.*737280.*0"),
+        ({"count": NUM_IMAGES + 1}, "count.*737281"),
+        ({"count": True}, "count.*True"),
+        ({"count": 2.5}, "count.*2.5"),
+        ({"fraction": 0.0}, "fraction.*0.0"),
+        ({"fraction": 1.5}, "fraction.*1.5"),
+        ({"fraction": float("nan")}, "fraction.*nan"),
+    ],
+)
+def test_bad_label_count_or_fraction_raises_value_error_naming_it(arguments, match):
+    with pytest.raises(ValueError, match=match):
+        stratified_label_indices(**arguments)

@@ -8,26 +8,11 @@ import pytest
 import torch
 
 from ppl_vae.metrics import FactorScoreResult, factor_score
+from ppl_vae.metrics.synthetic import SyntheticFactors
 
 PROTOCOLS = ("standard", "parted")
-FAST = {"n_train": 300, "n_eval": 200, "batch_size": 16, "n_variance": 500}
-
-
-class FakeFactors:
-    """DSprites-like factor API; image pixel (0, 0, k) holds the value index of factor k."""
-
-    def __init__(self, factor_sizes: tuple[int, ...] = (1, 3, 4, 5)) -> None:
-        self.factor_sizes = factor_sizes
-        self.factor_names = tuple(f"factor{k}" for k in range(len(factor_sizes)))
-
-    def sample_factors(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        columns = [torch.randint(size, (n,), generator=generator) for size in self.factor_sizes]
-        return torch.stack(columns, dim=1)
-
-    def images_from_factors(self, factors: torch.Tensor) -> torch.Tensor:
-        images = torch.zeros(factors.shape[0], 1, 64, 64)
-        images[:, 0, 0, : factors.shape[1]] = factors.float()
-        return images
+SMALL = (1, 3, 4, 5)  # 60 images
+FAST = {"n_train": 300, "n_eval": 200, "batch_size": 16, "n_variance": 500, "chunk_size": 4}
 
 
 def factor_values(images: torch.Tensor) -> torch.Tensor:
@@ -61,7 +46,7 @@ class CountingEncoder:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_perfect_representation_scores_one(protocol):
-    result = factor_score(factor_values, FakeFactors(), protocol=protocol, **FAST)
+    result = factor_score(factor_values, SyntheticFactors(SMALL), protocol=protocol, **FAST)
 
     assert result.score == 1.0
     assert result.protocol == protocol
@@ -71,7 +56,7 @@ def test_perfect_representation_scores_one(protocol):
 
 
 def test_result_converts_to_its_score_with_float():
-    result = factor_score(linear_encoder, FakeFactors(), **FAST)
+    result = factor_score(linear_encoder, SyntheticFactors(SMALL), **FAST)
 
     assert isinstance(result, FactorScoreResult)
     assert float(result) == result.score
@@ -79,14 +64,14 @@ def test_result_converts_to_its_score_with_float():
 
 def test_standard_protocol_scores_noise_near_chance():
     result = factor_score(
-        noise_encoder(4), FakeFactors(), n_train=2000, n_eval=2000, batch_size=8, n_variance=500
+        noise_encoder(4), SyntheticFactors(SMALL), n_train=2000, n_eval=2000, batch_size=8, n_variance=500
     )
 
     assert result.score == pytest.approx(1 / 3, abs=0.05)
 
 
 def test_parted_protocol_scores_noise_above_chance_on_its_own_votes():
-    dataset = FakeFactors((1, 3, 4, 5))
+    dataset = SyntheticFactors((1, 3, 4, 5))
     result = factor_score(noise_encoder(4), dataset, protocol="parted", chunk_size=4)
 
     purity = result.votes.max(axis=1).sum() / result.votes.sum()
@@ -96,19 +81,19 @@ def test_parted_protocol_scores_noise_above_chance_on_its_own_votes():
 
 @pytest.mark.parametrize(
     "options",
-    [{"protocol": "standard"}, {"protocol": "parted", "chunk_size": 4, "max_images_per_value": 8}],
+    [{"protocol": "standard"}, {"protocol": "parted", "num_images": 40}],
 )
 def test_same_seed_gives_same_result(options):
-    first = factor_score(linear_encoder, FakeFactors(), seed=3, **FAST, **options)
-    second = factor_score(linear_encoder, FakeFactors(), seed=3, **FAST, **options)
+    first = factor_score(linear_encoder, SyntheticFactors(SMALL), seed=3, **FAST, **options)
+    second = factor_score(linear_encoder, SyntheticFactors(SMALL), seed=3, **FAST, **options)
 
     assert first.score == second.score
     np.testing.assert_array_equal(first.votes, second.votes)
 
 
 def test_different_seeds_draw_different_votes():
-    first = factor_score(linear_encoder, FakeFactors(), seed=0, **FAST)
-    second = factor_score(linear_encoder, FakeFactors(), seed=1, **FAST)
+    first = factor_score(linear_encoder, SyntheticFactors(SMALL), seed=0, **FAST)
+    second = factor_score(linear_encoder, SyntheticFactors(SMALL), seed=1, **FAST)
 
     assert not np.array_equal(first.votes, second.votes)
 
@@ -120,7 +105,7 @@ def test_constant_dimension_never_receives_a_vote(protocol):
     def encode(images):
         return torch.cat([noise(images), torch.full((images.shape[0], 1), 2.0)], dim=1)
 
-    result = factor_score(encode, FakeFactors(), protocol=protocol, chunk_size=4, **FAST)
+    result = factor_score(encode, SyntheticFactors(SMALL), protocol=protocol, **FAST)
 
     assert result.votes[3].sum() == 0
     assert 3 not in result.active_dims
@@ -131,7 +116,7 @@ def test_standard_protocol_prunes_dimensions_with_std_below_threshold():
         values = factor_values(images)
         return torch.stack([values[:, 1], values[:, 2], 0.02 * values[:, 3]], dim=1)
 
-    result = factor_score(encode, FakeFactors(), **FAST)
+    result = factor_score(encode, SyntheticFactors(SMALL), **FAST)
 
     assert result.active_dims == (0, 1)
     assert result.votes[2].sum() == 0
@@ -145,8 +130,8 @@ def test_protocols_differ_on_dimensions_with_std_between_their_thresholds():
         values = factor_values(images)
         return torch.stack([values[:, 1], values[:, 2], 0.05 * values[:, 3]], dim=1)
 
-    standard = factor_score(encode, FakeFactors(), **FAST)
-    parted = factor_score(encode, FakeFactors(), protocol="parted")
+    standard = factor_score(encode, SyntheticFactors(SMALL), **FAST)
+    parted = factor_score(encode, SyntheticFactors(SMALL), protocol="parted", chunk_size=4)
 
     assert standard.active_dims == (0, 1, 2) and standard.votes[2, 3] > 0
     assert parted.active_dims == (0, 1)
@@ -154,17 +139,47 @@ def test_protocols_differ_on_dimensions_with_std_between_their_thresholds():
     assert standard.score == parted.score == 1.0
 
 
-def test_parted_chunks_follow_dataset_order_so_slower_factors_are_fixed_too():
-    """With chunks of 5, a chunk of shape's (factor 1) images also fixes scale (factor 2)."""
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_true_factors_score_one_on_dsprites_sized_factors(protocol):
+    """A perfect representation scores 1 under both protocols: a parted chunk is a random draw
+    over the other factors (in file order it would also fix the slowly varying factors)."""
+    dataset = SyntheticFactors()
+    options = {"num_images": 60_000} if protocol == "parted" else {"n_train": 2000, "n_eval": 1000}
 
-    def encode(images):
-        values = factor_values(images)
-        shape_with_jitter = values[:, 1] + 0.01 * values[:, 3]
-        return torch.stack([shape_with_jitter, values[:, 2], values[:, 3]], dim=1)
+    result = factor_score(dataset.true_factors, dataset, protocol=protocol, **options)
 
-    result = factor_score(encode, FakeFactors(), protocol="parted", chunk_size=5)
+    assert result.score >= 0.99
+    assert np.count_nonzero(result.votes) == 5
 
-    assert result.votes[1, 1] == result.votes[:, 1].sum() == 3 * 4
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_noise_scores_near_chance_on_dsprites_sized_factors(protocol):
+    """Chance is 1 / 5 varying factors; parted's purity on its own votes sits a little above."""
+    options = {"num_images": 60_000} if protocol == "parted" else {"n_train": 2000, "n_eval": 2000}
+
+    result = factor_score(noise_encoder(4), SyntheticFactors(), protocol=protocol, **options)
+
+    assert result.score == pytest.approx(0.2, abs=0.05)
+
+
+def test_parted_protocol_drops_each_partial_last_chunk():
+    """Values of factors 1, 2, 3 hold 20, 15 and 12 images: floor(n / 7) = 2, 2, 1 chunks each."""
+    result = factor_score(factor_values, SyntheticFactors(SMALL), protocol="parted", chunk_size=7)
+
+    assert result.votes.sum(axis=0).tolist() == [0, 3 * 2, 4 * 2, 5 * 1]
+    assert result.score == 1.0
+
+
+def test_parted_chunks_depend_on_the_seeded_image_order():
+    """Chunks are cut in a random order drawn from ``seed``: noise votes change with it."""
+    dataset = SyntheticFactors(SMALL)
+    first, again, other = (
+        factor_score(noise_encoder(3, seed=5), dataset, protocol="parted", chunk_size=4, seed=seed)
+        for seed in (0, 0, 1)
+    )
+
+    np.testing.assert_array_equal(first.votes, again.votes)
+    assert not np.array_equal(first.votes, other.votes)
 
 
 @pytest.mark.parametrize(
@@ -174,7 +189,7 @@ def test_encode_never_receives_more_than_encode_batch_size_images(protocol, batc
     encoder = CountingEncoder(factor_values)
     options = {**FAST, "batch_size": batch_size}
 
-    result = factor_score(encoder, FakeFactors(), protocol=protocol, encode_batch_size=50, **options)
+    result = factor_score(encoder, SyntheticFactors(SMALL), protocol=protocol, encode_batch_size=50, **options)
 
     assert max(encoder.calls) <= 50
     assert result.score == 1.0
@@ -185,42 +200,47 @@ def test_encode_runs_without_gradient_tracking():
         assert not torch.is_grad_enabled()
         return factor_values(images)
 
-    factor_score(encode, FakeFactors(), **FAST)
+    factor_score(encode, SyntheticFactors(SMALL), **FAST)
 
 
 def test_encode_may_return_a_numpy_array():
-    result = factor_score(lambda images: factor_values(images).numpy(), FakeFactors(), **FAST)
+    result = factor_score(lambda images: factor_values(images).numpy(), SyntheticFactors(SMALL), **FAST)
 
     assert result.score == 1.0
 
 
 def test_parted_full_protocol_encodes_each_image_once():
-    dataset = FakeFactors((1, 3, 4, 5))
+    dataset = SyntheticFactors(SMALL)
     encoder = CountingEncoder(factor_values)
 
     result = factor_score(encoder, dataset, protocol="parted", chunk_size=4)
 
     assert sum(encoder.calls) == math.prod(dataset.factor_sizes)
-    chunks = [size * math.ceil(60 // size / 4) for size in (3, 4, 5)]
+    chunks = [size * (60 // size // 4) for size in (3, 4, 5)]
     assert result.votes.sum(axis=0)[1:].tolist() == chunks
 
 
-def test_parted_subsample_caps_images_per_value_with_equal_fraction_per_factor():
-    dataset = FakeFactors((1, 2, 4, 8))
-    encoder = CountingEncoder(factor_values)
+def test_parted_subset_encodes_num_images_distinct_images():
+    dataset = SyntheticFactors((1, 2, 4, 8))
+    seen = []
 
-    result = factor_score(
-        encoder, dataset, protocol="parted", chunk_size=2, max_images_per_value=8
-    )
+    def encode(images):
+        seen.append(factor_values(images))
+        return factor_values(images)
 
-    assert sum(encoder.calls) < math.prod(dataset.factor_sizes)
-    assert result.votes.sum(axis=0)[1:].tolist() == [2 * 4, 4 * 2, 8 * 1]
+    result = factor_score(encode, dataset, protocol="parted", chunk_size=2, num_images=30)
+
+    factors = torch.cat(seen)
+    assert factors.shape[0] == 30
+    assert torch.unique(factors, dim=0).shape[0] == 30
+    chunks = [int((torch.bincount(factors[:, k].long()) // 2).sum()) for k in (1, 2, 3)]
+    assert result.votes.sum(axis=0)[1:].tolist() == chunks
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_no_informative_dimension_scores_zero(protocol):
     result = factor_score(
-        lambda images: torch.ones(images.shape[0], 2), FakeFactors(), protocol=protocol, **FAST
+        lambda images: torch.ones(images.shape[0], 2), SyntheticFactors(SMALL), protocol=protocol, **FAST
     )
 
     assert result.score == 0.0
@@ -239,12 +259,14 @@ def test_no_informative_dimension_scores_zero(protocol):
         ("n_variance", 1),
         ("chunk_size", 1),
         ("prune_threshold", -1.0),
-        ("max_images_per_value", 50),
+        ("n_train", True),
+        ("min_std", float("nan")),
+        ("num_images", 50),
     ],
 )
 def test_bad_argument_raises_value_error_naming_it(argument, value):
     with pytest.raises(ValueError, match=f"{argument}.*{value}"):
-        factor_score(factor_values, FakeFactors(), **{argument: value})
+        factor_score(factor_values, SyntheticFactors(SMALL), **{argument: value})
 
 
 @pytest.mark.parametrize(
@@ -259,9 +281,32 @@ def test_bad_argument_raises_value_error_naming_it(argument, value):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_encode_returning_a_wrong_shape_raises_value_error(encode, protocol):
     with pytest.raises(ValueError, match="encode"):
-        factor_score(encode, FakeFactors(), protocol=protocol, **FAST)
+        factor_score(encode, SyntheticFactors(SMALL), protocol=protocol, **FAST)
 
 
 def test_dataset_without_varying_factor_raises_value_error():
     with pytest.raises(ValueError, match="dataset"):
-        factor_score(factor_values, FakeFactors((1, 1)), **FAST)
+        factor_score(factor_values, SyntheticFactors((1, 1)), **FAST)
+
+
+def test_num_images_above_the_data_set_size_raises_value_error():
+    with pytest.raises(ValueError, match="num_images.*60.*61"):
+        factor_score(factor_values, SyntheticFactors(SMALL), protocol="parted", chunk_size=4, num_images=61)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_encode_returning_nan_raises_value_error(protocol):
+    def encode(images):
+        values = factor_values(images).clone()
+        values[0, 1] = float("nan")
+        return values
+
+    with pytest.raises(ValueError, match="encode must be finite"):
+        factor_score(encode, SyntheticFactors(SMALL), protocol=protocol, **FAST)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_progress_bar_writes_nothing_when_stderr_is_not_a_terminal(progress, capsys):
+    factor_score(factor_values, SyntheticFactors(SMALL), progress=progress, **FAST)
+
+    assert capsys.readouterr().err == ""

@@ -74,6 +74,15 @@ def test_fewer_than_two_dimensions_or_wrong_rank_raises_value_error(z):
         hoyer_sparsity(z)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_codes_with_nan_or_inf_raise_value_error_naming_z(value):
+    z = torch.eye(3)
+    z[1, 2] = value
+
+    with pytest.raises(ValueError, match="z must be finite"):
+        hoyer_sparsity(z)
+
+
 finite = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False, allow_subnormal=False)
 
 
