@@ -36,7 +36,7 @@ from ppl_vae.models.likelihoods import (
     likelihood,
     likelihood_mean,
 )
-from ppl_vae.models.vae import StandardNormalPrior, data_scale
+from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, unique_pyro_name
 from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
 
 CONTRASTIVE_LIKELIHOODS = (*LIKELIHOODS, *COUNT_LIKELIHOODS)
@@ -120,7 +120,7 @@ class ContrastiveVAE(PyroModule):
         background_size: int | None = None,
         event_shape: Sequence[int] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(name=unique_pyro_name(type(self).__name__))
         for name, value in (("salient_dim", salient_dim), ("shared_dim", shared_dim)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -189,30 +189,38 @@ class ContrastiveVAE(PyroModule):
         return torch.log1p(x) if self.counts is not None else x
 
     @pyro_method
-    def model(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
+    def model(
+        self,
+        target: torch.Tensor | None = None,
+        background: torch.Tensor | None = None,
+        batch_size: int | None = None,
+        background_batch_size: int | None = None,
+    ) -> None:
         """p(target, s, z) p(background, z') for ``target (B, *event)`` and ``background (B', *event)``.
 
         Sites: ``target_s``, ``target_z``, ``target_x`` in plate ``target``; ``background_z``,
         ``background_x`` in plate ``background``. Either batch may be ``None`` (e.g. to score or
-        check the target alone).
+        check the target alone); in its place ``batch_size`` (target) or ``background_batch_size``
+        draws from the prior predictive.
         """
-        check_contrastive_data(target, background, check_finite=is_validation_enabled())
+        if batch_size is None and background_batch_size is None:
+            check_contrastive_data(target, background, check_finite=is_validation_enabled())
         # Each access to a network attribute of a PyroModule registers its parameters with Pyro
         # again, so every network is read into a local once.
         decoder, shared_prior = self.decoder, self.shared_prior
-        if target is not None:
-            batch = target.shape[0]
+        if target is not None or batch_size is not None:
+            batch = batch_size_of(target, batch_size, "target")
             with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
                 s = pyro.sample("target_s", self.salient_prior().expand([batch]))
                 z = pyro.sample("target_z", shared_prior().expand([batch]))
                 decoded = decoder(torch.cat([s, z], dim=-1))
-                pyro.sample("target_x", self._observation(decoded, target.dim() - 1), obs=target)
-        if background is not None:
-            batch = background.shape[0]
+                pyro.sample("target_x", self._observation(decoded, decoded.dim() - 1), obs=target)
+        if background is not None or background_batch_size is not None:
+            batch = batch_size_of(background, background_batch_size, "background")
             with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
                 z = pyro.sample("background_z", shared_prior().expand([batch]))
                 decoded = decoder(torch.cat([z.new_zeros(batch, self.salient_dim), z], dim=-1))
-                pyro.sample("background_x", self._observation(decoded, background.dim() - 1), obs=background)
+                pyro.sample("background_x", self._observation(decoded, decoded.dim() - 1), obs=background)
 
     @pyro_method
     def guide(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
@@ -265,8 +273,11 @@ class ContrastiveVAE(PyroModule):
         ``(B, *event) -> (B, *event)`` (paper, section 3, use 3, with the posterior mean for s)."""
         return self.generate_salient(self.salient_embedding(x))
 
-    def sample(self, n: int) -> torch.Tensor:
-        """Means of p(x | s, z) for n target draws from the priors: ``(n, *event)``."""
-        s = self.salient_prior().sample((n,))
-        z = self.shared_prior().sample((n,))
-        return self.decode(torch.cat([s, z], dim=-1))
+    def sample(self, n: int, mean: bool = False) -> torch.Tensor:
+        """n target draws x ~ p(x | s, z), s ~ p(s), z ~ p(z): ``(n, *event)``; with ``mean=True``
+        the likelihood's means."""
+        latent = torch.cat([self.salient_prior().sample((n,)), self.shared_prior().sample((n,))], dim=-1)
+        if mean:
+            return self.decode(latent)
+        decoded = self.decoder(latent)
+        return self._observation(decoded, decoded.dim() - 1).sample()

@@ -44,7 +44,7 @@ from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.infer.terms import ClassVariable
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
-from ppl_vae.models.vae import StandardNormalPrior, data_scale
+from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, unique_pyro_name
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
 from ppl_vae.nn.attention import AttentionGate
 
@@ -112,7 +112,7 @@ class PartedVAE(PyroModule):
         sharpness: LinearSchedule | None = None,
         data_size: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(name=unique_pyro_name(type(self).__name__))
         if isinstance(z_dim, bool) or not isinstance(z_dim, int) or z_dim < 1:
             raise ValueError(f"z_dim must be a positive integer, got {z_dim!r}")
         u_dims = _u_sizes(num_classes, u_dims)
@@ -272,10 +272,12 @@ class PartedVAE(PyroModule):
         return F.one_hot(y[:, i], self.num_classes[i]).to(dtype)
 
     @pyro_method
-    def model(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        """p(x, c, u, z) for ``x (B, *event)``, ``y (B,)`` or ``(B, V)`` int (observes c);
-        returns the decoded batch ``(B, *event)``."""
-        batch = x.shape[0]
+    def model(
+        self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, batch_size: int | None = None
+    ) -> torch.Tensor:
+        """p(x, c, u, z) for ``x (B, *event)``, ``y (B,)`` or ``(B, V)`` int (observes c); without
+        ``x``, ``batch_size`` prior predictive draws. Returns the decoded batch ``(B, *event)``."""
+        batch = batch_size_of(x, batch_size)
         labels = None if y is None else self.check_labels(y, batch)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             latents = [pyro.sample("z", self.prior().expand([batch]))]
@@ -289,7 +291,7 @@ class PartedVAE(PyroModule):
             decoded = self.decoder(torch.cat(latents, dim=-1))
             pyro.sample(
                 "x",
-                likelihood(self.likelihood, decoded, x.dim() - 1, self.likelihood_scale),
+                likelihood(self.likelihood, decoded, decoded.dim() - 1, self.likelihood_scale),
                 obs=x,
             )
         return decoded
@@ -364,9 +366,9 @@ class PartedVAE(PyroModule):
         """Decode the representation of :meth:`encode`: ``x (B, *event) -> (B, *event)``."""
         return self.decode(*self.split_latent(self.encode(x)))
 
-    def sample(self, n: int, c: torch.Tensor | int | None = None) -> torch.Tensor:
-        """Means of p(x | z, u) for n draws z ~ p(z), c ~ p(c) (or the given classes),
-        u_i ~ p(u_i | c_i): ``(n, *event)``.
+    def sample(self, n: int, c: torch.Tensor | int | None = None, mean: bool = False) -> torch.Tensor:
+        """n draws x ~ p(x | z, u) with z ~ p(z), c ~ p(c) (or the given classes),
+        u_i ~ p(u_i | c_i): ``(n, *event)``; with ``mean=True`` the likelihood's means.
 
         :param c: ``None``; a class index (one variable); ``(V,)`` classes for every draw
             (V > 1); or ``(n,)`` (one variable) / ``(n, V)`` classes per draw.
@@ -384,4 +386,7 @@ class PartedVAE(PyroModule):
             labels = self.check_labels(c, n)
         u = [prior(labels[:, i]).sample() for i, prior in enumerate(self.class_priors)]
         z = self.prior().sample((n,))
-        return self.decode(z, torch.cat(u, dim=-1))
+        if mean:
+            return self.decode(z, torch.cat(u, dim=-1))
+        decoded = self.decoder(torch.cat([z, *u], dim=-1))
+        return likelihood(self.likelihood, decoded, decoded.dim() - 1, self.likelihood_scale).sample()

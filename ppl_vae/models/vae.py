@@ -6,6 +6,9 @@ needs (``encode``, ``decode``, ``reconstruct``, ``sample``).
 """
 from __future__ import annotations
 
+import itertools
+from collections import defaultdict
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -31,6 +34,31 @@ class StandardNormalPrior(nn.Module):
 
     def forward(self) -> dist.TorchDistribution:
         return dist.Normal(self.loc, self.scale).to_event(1)
+
+
+_INSTANCES: defaultdict[str, itertools.count] = defaultdict(itertools.count)
+
+
+def unique_pyro_name(prefix: str) -> str:
+    """A Pyro name for a new model instance, unique in this process: ``prefix``, then
+    ``prefix_1``, ``prefix_2``, ... Pyro registers a ``PyroModule``'s parameters in its global
+    parameter store under the module's name, so two instances with the same name would share
+    (silently overwrite) each other's parameters under ``pyro.optim``; with these names two
+    instances train independently."""
+    index = next(_INSTANCES[prefix])
+    return prefix if index == 0 else f"{prefix}_{index}"
+
+
+def batch_size_of(data: torch.Tensor | None, batch_size: int | None, data_name: str = "x") -> int:
+    """B: ``data.shape[0]``, or ``batch_size`` when the model runs without observations (prior
+    predictive); a ``ValueError`` naming both when neither, or two different sizes, are given."""
+    if data is not None:
+        if batch_size is not None and batch_size != data.shape[0]:
+            raise ValueError(f"batch_size={batch_size} disagrees with {data_name} of {data.shape[0]} rows")
+        return data.shape[0]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"without {data_name}, give batch_size, a positive integer (prior predictive draws); got {batch_size!r}")
+    return batch_size
 
 
 def data_scale(batch_size: int, data_size: int | None) -> float:
@@ -78,7 +106,7 @@ class VAE(PyroModule):
         likelihood_scale: float | None = None,
         data_size: int | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(name=unique_pyro_name(type(self).__name__))
         if latent_dim < 1:
             raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
         if data_size is not None and data_size < 1:
@@ -99,15 +127,17 @@ class VAE(PyroModule):
         self.data_size = data_size
 
     @pyro_method
-    def model(self, x: torch.Tensor) -> torch.Tensor:
-        """p(x, z) for ``x (B, *event)``; returns the decoded batch ``(B, *event)``."""
-        batch = x.shape[0]
+    def model(self, x: torch.Tensor | None = None, batch_size: int | None = None) -> torch.Tensor:
+        """p(x, z) for ``x (B, *event)``; without ``x``, ``batch_size`` draws from the prior
+        predictive (``pyro.infer.Predictive(vae.model, num_samples=S)(batch_size=B)``).
+        Returns the decoded batch ``(B, *event)``."""
+        batch = batch_size_of(x, batch_size)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             z = pyro.sample("z", self.prior().expand([batch]))
             decoded = self.decoder(z)
             pyro.sample(
                 "x",
-                likelihood(self.likelihood, decoded, x.dim() - 1, self.likelihood_scale),
+                likelihood(self.likelihood, decoded, decoded.dim() - 1, self.likelihood_scale),
                 obs=x,
             )
         return decoded
@@ -132,6 +162,10 @@ class VAE(PyroModule):
         """Decode the posterior mean: ``x (B, *event) -> (B, *event)``."""
         return self.decode(self.encode(x))
 
-    def sample(self, n: int) -> torch.Tensor:
-        """Means of p(x | z) for n draws z ~ p(z): ``(n, *event)``."""
-        return self.decode(self.prior().sample((n,)))
+    def sample(self, n: int, mean: bool = False) -> torch.Tensor:
+        """n draws x ~ p(x | z), z ~ p(z): ``(n, *event)``; with ``mean=True`` the likelihood's
+        means instead (what pictures of samples show)."""
+        decoded = self.decoder(self.prior().sample((n,)))
+        if mean:
+            return likelihood_mean(self.likelihood, decoded)
+        return likelihood(self.likelihood, decoded, decoded.dim() - 1, self.likelihood_scale).sample()

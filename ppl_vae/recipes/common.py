@@ -99,7 +99,7 @@ def image_model_pictures(model: nn.Module, x: torch.Tensor, labels: torch.Tensor
     figures: dict[str, Any] = {}
     if x.dim() == 4:
         save_reconstructions(pictures / "reconstructions.png", x[:32], model.reconstruct(x[:32]))
-        save_image_grid(pictures / "samples.png", model.sample(64), nrow=8, title="samples from the prior")
+        save_image_grid(pictures / "samples.png", model.sample(64, mean=True), nrow=8, title="samples from the prior")
         base = model.encode(x[:1])[0]
         save_traversals(pictures / "traversals.png", model.decode, base)
     z = model.encode(x)

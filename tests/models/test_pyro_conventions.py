@@ -1,0 +1,99 @@
+"""Pyro's conventions on every model: prior predictive draws through ``Predictive`` without
+observations, posterior predictive with the guide, ``sample`` draws from the likelihood, and two
+instances of one class train independently with plain SVI and ``pyro.optim``."""
+import pyro
+import pytest
+import torch
+from pyro.infer import SVI, Predictive
+
+from ppl_vae.distributions import IsotropicGaussianPrior
+from ppl_vae.infer import ContrastiveELBO, MeanFieldELBO, PartedELBO
+from ppl_vae.models import VAE, ContrastiveVAE, DecompositionVAE, PartedVAE
+from ppl_vae.nn import MLP, mlp_decoder
+
+EVENT = (12,)
+
+
+def binary(n: int, seed: int = 1) -> torch.Tensor:
+    return (torch.rand(n, *EVENT, generator=torch.Generator().manual_seed(seed)) > 0.5).float()
+
+
+def vae(cls=VAE):
+    return cls(MLP([EVENT[0], 16], final_activation=torch.nn.ReLU()), mlp_decoder(2, [16], EVENT), 2,
+               prior=IsotropicGaussianPrior(2))
+
+
+MODELS = {
+    "vae": (vae, MeanFieldELBO, lambda: {"x": binary(8)}, {"batch_size": 5}, {"x": (5, *EVENT), "z": (5, 2)}),
+    "decomposition": (lambda: vae(DecompositionVAE), MeanFieldELBO, lambda: {"x": binary(8)}, {"batch_size": 5},
+                      {"x": (5, *EVENT), "z": (5, 2)}),
+    "parted": (lambda: PartedVAE.mlp(EVENT, z_dim=2, num_classes=3, u_dims=2, hidden=(16,)), PartedELBO,
+               lambda: {"x": binary(8)}, {"batch_size": 5}, {"x": (5, *EVENT), "c0": (5, 3), "u0": (5, 2)}),
+    "contrastive": (lambda: ContrastiveVAE.mlp(EVENT, hidden=16), lambda: ContrastiveELBO(gamma=0.0),
+                    lambda: {"target": binary(8), "background": binary(6, 2)},
+                    {"batch_size": 5, "background_batch_size": 4}, {"target_x": (5, *EVENT), "background_x": (4, *EVENT)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_prior_predictive_draws_need_no_observations(name):
+    build, _, _, sizes, shapes = MODELS[name]
+    samples = Predictive(build().model, num_samples=3)(**sizes)
+    for site, shape in shapes.items():
+        assert samples[site].shape == (3, *shape)
+    for site in (s for s in shapes if s.endswith("x")):
+        assert set(samples[site].unique().tolist()) <= {0.0, 1.0}  # Bernoulli draws, not means
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_posterior_predictive_draws_come_from_the_guide(name):
+    build, _, data, _, _ = MODELS[name]
+    model, batch = build(), data()
+    samples = Predictive(model.model, guide=model.guide, num_samples=4)(**batch)
+    observed = {"x": "x", "target_x": "target", "background_x": "background"}
+    for site, key in observed.items():
+        if site in samples:
+            assert samples[site].shape == (4, *batch[key].shape)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_sample_draws_from_the_likelihood_and_mean_gives_its_means(name):
+    model = MODELS[name][0]()
+    draws, means = model.sample(6), model.sample(6, mean=True)
+    assert draws.shape == means.shape == (6, *EVENT)
+    assert set(draws.unique().tolist()) <= {0.0, 1.0}
+    assert ((means > 0) & (means < 1)).all()
+
+
+def test_prior_predictive_without_a_batch_size_names_it():
+    with pytest.raises(ValueError, match="batch_size"):
+        vae().model()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_two_instances_train_independently_with_plain_svi_and_pyro_optim(name):
+    build, objective, data, _, _ = MODELS[name]
+    torch.manual_seed(0)
+    first = build()
+    torch.manual_seed(0)
+    second = build()
+    alone = build()
+    alone.load_state_dict(first.state_dict())
+    batch = data()
+    optimiser = pyro.optim.Adam({"lr": 1e-2})
+    svi_first = SVI(first.model, first.guide, optimiser, objective())
+    svi_second = SVI(second.model, second.guide, pyro.optim.Adam({"lr": 1e-2}), objective())
+    before = {k: v.clone() for k, v in second.state_dict().items()}
+    for _ in range(3):
+        pyro.set_rng_seed(1)
+        svi_first.step(**batch)
+    assert all(torch.equal(v, before[k]) for k, v in second.state_dict().items()), "training one moved the other"
+    pyro.set_rng_seed(1)
+    svi_second.step(**batch)
+    assert any(not torch.equal(v, before[k]) for k, v in second.state_dict().items())
+    reference = SVI(alone.model, alone.guide, pyro.optim.Adam({"lr": 1e-2}), objective())
+    for _ in range(3):
+        pyro.set_rng_seed(1)
+        reference.step(**batch)
+    for key, value in first.state_dict().items():
+        torch.testing.assert_close(value, alone.state_dict()[key])
