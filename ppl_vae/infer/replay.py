@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import operator
 import types
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +50,17 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ppl_vae.infer.distributed import world_size
 from ppl_vae.infer.schedules import holds_schedule
+
+#: The torch releases (major, minor) the recording and its simplification are tested on; on
+#: others :class:`ReplayedLoss` warns and computes the eager loss.
+TESTED_TORCH_VERSIONS: tuple[tuple[int, int], ...] = ((2, 14),)
+
+
+def torch_release() -> tuple[int, int]:
+    """``(major, minor)`` of the torch in use."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
 
 Signature = tuple[tuple[str, tuple[int, ...], torch.dtype, torch.device], ...]
 _VIEW_NO_OPS = {
@@ -110,7 +122,9 @@ def _broadcast_by_its_users(node: fx.Node) -> bool:
 
 
 def _is_grad_switch(node: fx.Node) -> bool:
-    return node.op == "call_function" and node.target is torch._C._set_grad_enabled
+    """Whether ``node`` sets the grad mode (``make_fx`` records ``torch.set_grad_enabled`` and
+    ``torch.no_grad`` as calls of torch's ``_set_grad_enabled``)."""
+    return node.op == "call_function" and getattr(node.target, "__name__", "") == "_set_grad_enabled"
 
 
 def _drop_redundant_grad_switches(graph: fx.Graph) -> None:
@@ -133,9 +147,15 @@ def _drop_redundant_grad_switches(graph: fx.Graph) -> None:
 
 def _mutated(node: fx.Node) -> bool:
     """Whether an in-place operation writes to ``node``'s output (then it must stay a copy)."""
-    return any(
-        isinstance(user.target, torch._ops.OpOverload) and user.target._schema.is_mutable for user in node.users
-    )
+    return any(_is_mutable(user.target) for user in node.users)
+
+
+def _is_mutable(target: Any) -> bool:
+    """Whether an ATen operator overload writes to one of its inputs, as its schema says; an
+    operator whose schema cannot be read counts as writing (its input is then kept)."""
+    if not hasattr(target, "overloadpacket"):
+        return False
+    return bool(getattr(getattr(target, "_schema", None), "is_mutable", True))
 
 
 def _drop_no_op(node: fx.Node, graph: fx.Graph) -> bool:
@@ -194,34 +214,36 @@ def _simplify(graph_module: fx.GraphModule) -> fx.GraphModule:
     return graph_module
 
 
-_BINDING_NAMESPACES = (
-    torch._C._VariableFunctions,
-    torch._C._nn,
-    torch._C._special,
-    torch._C._linalg,
-    torch._C._fft,
-    torch._C.TensorBase,
-)
-
-
-def python_binding(op: Any) -> Callable | None:
-    """The generated C binding (``torch.add``, ``torch._C._nn.linear``, ``Tensor.normal_``) of an
-    ATen operator overload such as ``torch.ops.aten.add.Tensor``, or ``None`` when there is none.
-
-    Both reach the same kernel through the dispatcher; the binding parses its arguments in
-    generated C++ and picks the overload from them, while an ``OpOverload`` call goes through
-    Python and a generic, schema-driven argument conversion, which costs more per operation
-    (about 7% of the contrastive VAE's recorded forward and backward on a CPU). Only ``aten``
-    operators and only builtin (C) callables are returned, never a Python wrapper.
-    """
-    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
-        return None
-    name = op.overloadpacket.__name__
-    for namespace in _BINDING_NAMESPACES:
-        binding = getattr(namespace, name, None)
+def _public_binding(name: str) -> Callable | None:
+    """The builtin (C) callable that torch's public namespaces export for the ATen operator
+    ``name``: ``torch.add``, ``torch.nn.functional.linear``, ``torch.special.erf`` (operator
+    ``special_erf``), ``torch.linalg.norm``, ``torch.Tensor.normal_``; ``None`` when none is."""
+    candidates = [(torch, name), (torch.nn.functional, name), (torch.Tensor, name)]
+    for prefix, namespace in (("special_", torch.special), ("linalg_", torch.linalg), ("fft_", torch.fft)):
+        if name.startswith(prefix):
+            candidates.append((namespace, name.removeprefix(prefix)))
+    for namespace, attribute in candidates:
+        binding = getattr(namespace, attribute, None)
         if isinstance(binding, (types.BuiltinFunctionType, types.MethodDescriptorType)):
             return binding
     return None
+
+
+def python_binding(op: Any) -> Callable | None:
+    """The generated C binding (``torch.add``, ``torch.nn.functional.linear``, ``Tensor.normal_``)
+    of an ATen operator overload such as ``torch.ops.aten.add.Tensor``, or ``None`` when there is
+    none.
+
+    Both reach the same kernel through the dispatcher; the binding parses its arguments in
+    generated C++ and picks the overload from them, while an operator-overload call goes through
+    Python and a generic, schema-driven argument conversion, which costs more per operation
+    (about 7% of the contrastive VAE's recorded forward and backward on a CPU). Only ``aten``
+    operators and only builtin (C) callables of torch's public namespaces are returned, never a
+    Python wrapper.
+    """
+    if getattr(op, "namespace", None) != "aten" or not hasattr(op, "overloadpacket"):
+        return None
+    return _public_binding(op.overloadpacket.__name__)
 
 
 def _call_bindings(graph_module: fx.GraphModule) -> fx.GraphModule:
@@ -261,6 +283,10 @@ class ReplayedLoss:
     :param max_recordings: batch signatures kept (least recently used dropped first).
     :raises ValueError: when :func:`replay_obstacle` names a reason.
 
+    On a torch release outside :data:`TESTED_TORCH_VERSIONS` it warns once and computes the
+    eager loss (``eager`` is then ``True``): the recording relies on ``make_fx``'s
+    pre-dispatch tracing, which torch documents as experimental.
+
     Example::
 
         loss_fn = ReplayedLoss(elbo, vae.model, vae.guide, [vae])
@@ -288,10 +314,20 @@ class ReplayedLoss:
         self.guide = guide
         self.modules = list(modules)
         self.max_recordings = max_recordings
+        self.eager = torch_release() not in TESTED_TORCH_VERSIONS
+        if self.eager:
+            warnings.warn(
+                f"ReplayedLoss is tested on torch {', '.join('%d.%d' % v for v in TESTED_TORCH_VERSIONS)}, "
+                f"not {torch.__version__}: it computes the eager loss instead of recording it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._recordings: OrderedDict[Signature, tuple[fx.GraphModule, list[str]]] = OrderedDict()
 
     def __call__(self, **batch: torch.Tensor) -> torch.Tensor:
         """The loss (a scalar tensor with gradients) on ``batch``, by replay."""
+        if self.eager:
+            return self.objective.differentiable_loss(self.model, self.guide, **batch)
         self._check_call()
         signature = batch_signature(batch)
         names = [name for name, *_ in signature]
