@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from pyro import poutine
 from pyro.infer import Predictive
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 Statistic = Callable[[torch.Tensor], torch.Tensor]
 
