@@ -99,13 +99,13 @@ def load_run(
     name = settings.get("recipe")
     objective = data = experiment = None
     if name is None:
+        if with_data:
+            raise ValueError(f"{run_dir} is a run of ppl_vae.fit, not of a recipe: it has no training data to rebuild")
         if model is None:
             raise ValueError(
                 f"{run.config_path} names no recipe: a run of ppl_vae.fit; pass model=, the untrained "
                 "model built as for that run"
             )
-        if with_data:
-            raise ValueError(f"with_data=True needs a recipe run; {run_dir} is a run of ppl_vae.fit")
         config = config_from_dict(TrainConfig, settings["train"])
     else:
         if recipes is None:
@@ -114,8 +114,8 @@ def load_run(
             raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
         recipe = recipes[name]
         config = config_from_dict(recipe.config_class, settings["config"])
-        pyro.set_rng_seed(config.train.seed)
         if with_data:
+            pyro.set_rng_seed(config.train.seed)  # as train_recipe built it
             experiment = recipe.build(config)
             built, objective, data = experiment.model, experiment.objective, experiment.train_data
         else:

@@ -1,4 +1,6 @@
 """Posterior predictive checks: replicates come from the model, p-values behave."""
+import sys
+
 import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
@@ -93,3 +95,13 @@ def test_inference_data_leaves_out_sites_whose_replicates_were_not_all_kept(x):
     idata = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=4, keep_replicates=2).to_inference_data()
     assert "x" not in idata.posterior_predictive
     assert "x.mean_intensity" in idata.posterior_predictive
+
+
+def test_progress_bar_shows_on_a_terminal_only_and_when_asked(x, capsys, monkeypatch):
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
+    assert "posterior predictive check" not in capsys.readouterr().err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, progress=False)
+    assert "posterior predictive check" not in capsys.readouterr().err
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
+    assert "posterior predictive check" in capsys.readouterr().err

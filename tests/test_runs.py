@@ -109,3 +109,8 @@ def test_corrupt_checkpoint_is_a_checkpoint_error(fit_run, tmp_path):
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="corrupt"):
         ppl_vae.load_run(tmp_path, model=small_vae())
+
+
+def test_fit_run_has_no_training_data_to_rebuild(fit_run):
+    with pytest.raises(ValueError, match="not of a recipe"):
+        ppl_vae.load_run(fit_run[0], model=small_vae(), with_data=True)

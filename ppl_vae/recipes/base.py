@@ -20,6 +20,7 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae.runs import load_run
 from ppl_vae.train import RunDirectory, TrainConfig, fit
 from ppl_vae.viz import save_training_curves
 
@@ -166,11 +167,6 @@ def _evaluate_and_save(
 def evaluate_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> dict[str, Any]:
     """Re-evaluate a finished run: rebuild it with its data, load ``last.ckpt``, write metrics
     and pictures. Trains nothing."""
-    from ppl_vae.runs import load_run
-
     loaded = load_run(run_dir, with_data=True, recipes=recipes)
-    if loaded.recipe is None:
-        raise ValueError(f"{run_dir} is a run of ppl_vae.fit, not of a recipe: nothing to evaluate it with")
     run = RunDirectory(run_dir, resume=True)
-    experiment = dataclasses.replace(loaded.experiment, model=loaded.model)
-    return _evaluate_and_save(experiment, loaded.model, run, history=None, seed=loaded.config.train.seed)
+    return _evaluate_and_save(loaded.experiment, loaded.model, run, history=None, seed=loaded.config.train.seed)
