@@ -5,10 +5,11 @@ distribution
 
     x_rep ~ p(x_rep | z),   z ~ q(z | x):
 
-:class:`pyro.infer.Predictive` draws z from the guide on x, and the model, conditioned on each
-draw and with its observations unconditioned (``pyro.poutine.uncondition``: our models
-observe x whenever they are given x, as the guide needs it), samples a replicate at each
-observed site, as Predictive itself does for a model run without observations. A statistic
+:class:`pyro.infer.Predictive` draws z from the guide on x; the model, conditioned on each draw
+(as Predictive conditions a model on a guide's samples) and with its observations
+unconditioned (``pyro.poutine.uncondition``: our models observe x whenever they are given x,
+and the guide needs x), samples a replicate at each observed site and gives the likelihood
+p(x | z) at that draw, which the discrepancy below needs and Predictive does not return. A statistic
 T is then compared between the data and the replicates through the posterior predictive
 p-value, the upper tail
 
