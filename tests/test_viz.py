@@ -132,3 +132,41 @@ def test_ppc_into_given_axes_needs_one_per_statistic():
     with pytest.raises(ValueError, match="axes must hold 3 Axes"):
         plot_ppc(ppc_result(3), axes=axes)
 
+
+
+def test_parted_pictures_are_written_and_drawn_into_given_axes(tmp_path):
+    from ppl_vae.models.parted import PartedVAE
+    from ppl_vae.viz.parted import (
+        plot_attribute_transfer,
+        plot_class_priors,
+        plot_class_samples,
+        plot_class_traversals,
+        save_parted_pictures,
+    )
+
+    torch.manual_seed(0)
+    model = PartedVAE.mlp((1, 8, 8), z_dim=2, num_classes=3, u_dims=2, hidden=(16,))
+    x = torch.rand(12, 1, 8, 8)
+    save_parted_pictures(model, x, tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "reconstructions.png", "class_traversals.png", "latent_traversals.png",
+        "attribute_transfer.png", "class_samples.png", "class_priors.png",
+    }
+    assert plt.get_fignums() == [] and model.training
+    fig, axes = plt.subplots(1, 4)
+    assert plot_class_traversals(model, x[:4], ax=axes[0]) is fig
+    assert plot_class_samples(model, 2, ax=axes[1]) is fig
+    assert plot_attribute_transfer(model, x, ax=axes[2]) is fig
+    assert plot_class_priors(model, axes=[axes[3]]) is fig
+
+
+def test_contrastive_pictures_are_written(tmp_path):
+    from ppl_vae.models.contrastive import ContrastiveVAE
+    from ppl_vae.viz.contrastive import for_display, save_contrastive_pictures
+
+    torch.manual_seed(0)
+    model = ContrastiveVAE.mlp((1, 8, 8), 2, 2, hidden=16, likelihood="gaussian", likelihood_scale=0.5)
+    save_contrastive_pictures(model, torch.rand(16, 1, 8, 8), torch.arange(16) % 3, tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {"salient.png", "denoised.png", "salient_samples.png"}
+    shown = for_display(torch.full((2, 1, 4, 4), 0.25))
+    assert torch.allclose(shown, torch.ones_like(shown))
