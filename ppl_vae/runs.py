@@ -24,7 +24,9 @@ class LoadedRun:
     :param run_dir: the run directory.
     :param settings: everything ``config.json`` holds (versions, start time, extra settings).
     :param recipe: the recipe's name (``None`` for a ``fit`` run).
-    :param objective: the recipe's objective (``None`` for a ``fit`` run).
+    :param objective: the recipe's objective as built (``None`` for a ``fit`` run); networks of
+        its auxiliary steps (the contrastive discriminator) start untrained, their trained
+        weights stay in the checkpoint under ``auxiliary.``.
     :param data: the training data (recipe runs loaded with ``with_data=True``).
     :param experiment: the rebuilt :class:`~ppl_vae.recipes.Experiment` (recipe runs loaded
         with ``with_data=True``; its ``evaluate`` writes the recipe's pictures).
