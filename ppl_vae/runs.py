@@ -94,7 +94,7 @@ def load_run(
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run_dir {run_dir} does not exist")
-    run = RunDirectory(run_dir, overwrite=True)
+    run = RunDirectory(run_dir, overwrite=True)  # opens the run as it is: nothing is written over
     settings = run.read_config()
     if not run.last_checkpoint.is_file():
         raise FileNotFoundError(f"run_dir {run_dir} holds no checkpoint {run.last_checkpoint}: did its training start?")
@@ -111,7 +111,9 @@ def load_run(
         config = config_from_dict(TrainConfig, settings["train"])
     else:
         if recipes is None:
-            from ppl_vae.recipes import RECIPES as recipes
+            from ppl_vae.recipes import RECIPES
+
+            recipes = RECIPES
         if name not in recipes:
             raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
         recipe = recipes[name]
