@@ -3,13 +3,14 @@
 Subpackages: :mod:`ppl_vae.data`, :mod:`ppl_vae.nn`, :mod:`ppl_vae.distributions`,
 :mod:`ppl_vae.models`, :mod:`ppl_vae.infer`, :mod:`ppl_vae.metrics`, :mod:`ppl_vae.train`
 (the only one that imports Lightning; ``ppl_vae.fit`` loads it on first use).
+``ppl_vae.load_run(run_dir)`` reloads a trained run (:mod:`ppl_vae.runs`).
 """
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["FitResult", "TrainConfig", "__version__", "fit"]
+__all__ = ["FitResult", "LoadedRun", "TrainConfig", "__version__", "fit", "load_run"]
 
 
 def __getattr__(name: str) -> Any:
@@ -17,4 +18,8 @@ def __getattr__(name: str) -> Any:
         from ppl_vae import train
 
         return getattr(train, name)
+    if name in ("load_run", "LoadedRun"):
+        from ppl_vae import runs
+
+        return getattr(runs, name)
     raise AttributeError(f"module 'ppl_vae' has no attribute {name!r}")

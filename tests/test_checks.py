@@ -1,12 +1,15 @@
 """Posterior predictive checks: replicates come from the model, p-values behave."""
+import sys
+
 import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.checks import per_class_mass, pixel_means, posterior_predictive_check, save_ppc_plot
+from ppl_vae.checks import mean_intensity, per_class_mass, pixel_means, posterior_predictive_check
 from ppl_vae.models import VAE
 from ppl_vae.nn import MLP, mlp_decoder
+from ppl_vae.viz import save_ppc_plot
 
 
 def gaussian_vae(scale: float) -> VAE:
@@ -56,3 +59,49 @@ def test_bad_check_input_names_the_argument(x):
         posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=1)
     with pytest.raises(ValueError, match="labels has 3 entries"):
         posterior_predictive_check(gaussian_vae(1.0), {"x": x}, statistics={"m": per_class_mass(torch.arange(3))}, num_samples=2)
+
+
+def test_per_class_mass_names_its_elements_after_the_classes(x):
+    labels = torch.arange(200) % 4 + 3
+    result = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, statistics={"mass": per_class_mass(labels)}, num_samples=3)
+    assert result.checks["x/mass"].element_labels == ("class 3", "class 4", "class 5", "class 6")
+
+
+def test_p_value_is_the_upper_tail(x):
+    check = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, {"m": mean_intensity}, num_samples=6).checks["x/m"]
+    assert check.p_value == pytest.approx((check.replicated >= check.observed).mean())
+
+
+def test_inference_data_round_trip_through_arviz(x, tmp_path):
+    az = pytest.importorskip("arviz")
+    labels = torch.arange(200) % 3
+    statistics = {"mean": mean_intensity, "mass": per_class_mass(labels)}
+    result = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, statistics, num_samples=8, keep_replicates=8)
+    idata = result.to_inference_data()
+    assert idata.posterior_predictive["x"].shape == (1, 8, 200, 6)
+    assert idata.posterior_predictive["x.mass"].shape == (1, 8, 3)
+    torch.testing.assert_close(torch.as_tensor(idata.observed_data["x"].values), x)
+    assert idata.observed_data["x.mean"].values.item() == pytest.approx(float(result.checks["x/mean"].observed))
+    az.plot_ppc(idata, var_names=["x"], num_pp_samples=4)
+    axes = az.plot_bpv(idata, kind="t_stat", t_stat="mean", var_names=["x.mean"])
+    assert axes is not None
+    idata.to_netcdf(tmp_path / "ppc.nc")
+    again = az.from_netcdf(tmp_path / "ppc.nc")
+    assert again.posterior_predictive["x.mass"].shape == (1, 8, 3)
+
+
+def test_inference_data_leaves_out_sites_whose_replicates_were_not_all_kept(x):
+    pytest.importorskip("arviz")
+    idata = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=4, keep_replicates=2).to_inference_data()
+    assert "x" not in idata.posterior_predictive
+    assert "x.mean_intensity" in idata.posterior_predictive
+
+
+def test_progress_bar_shows_on_a_terminal_only_and_when_asked(x, capsys, monkeypatch):
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
+    assert "posterior predictive check" not in capsys.readouterr().err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, progress=False)
+    assert "posterior predictive check" not in capsys.readouterr().err
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
+    assert "posterior predictive check" in capsys.readouterr().err

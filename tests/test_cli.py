@@ -40,7 +40,7 @@ def test_resume_continues_a_run_from_its_directory(tmp_path):
         (["train", "vae", "--steps", "0"], "steps must be a positive integer"),
         (["train", "vae", "--set", "dataset=cifar"], "dataset must be one of"),
         (["train", "--resume", "/nonexistent/run"], "cannot resume"),
-        (["evaluate", "/nonexistent/run"], "cannot resume"),
+        (["evaluate", "/nonexistent/run"], "does not exist"),
         (["train"], "train needs MODEL or --resume"),
         (["train", "parted", "--demo-settings", "--steps", "1", "--set", "train.replay_loss=true"], "training step"),
     ],

@@ -9,13 +9,14 @@ gets a density picture of q(z) and the q(z)-vs-p(z) mismatch (MMD, inclusive KL)
 """
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from _common import RESULTS, parser, print_table, train_and_evaluate, write_json
 
 from ppl_vae.recipes.decomposition import DecompositionConfig, build
 from ppl_vae.train import TrainConfig
-from ppl_vae.viz import plt, save_figure
+from ppl_vae.viz import save_figure
 
 GRID = [(0.0, b) for b in (0.01, 0.5, 1.0, 1.2)] + [(a, 0.0) for a in (1.0, 3.0, 5.0, 8.0)]
 

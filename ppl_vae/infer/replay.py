@@ -317,7 +317,7 @@ class ReplayedLoss:
         self.eager = torch_release() not in TESTED_TORCH_VERSIONS
         if self.eager:
             warnings.warn(
-                f"ReplayedLoss is tested on torch {', '.join('%d.%d' % v for v in TESTED_TORCH_VERSIONS)}, "
+                f"ReplayedLoss is tested on torch {', '.join(f'{a}.{b}' for a, b in TESTED_TORCH_VERSIONS)}, "
                 f"not {torch.__version__}: it computes the eager loss instead of recording it",
                 RuntimeWarning,
                 stacklevel=2,

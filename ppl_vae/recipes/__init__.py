@@ -6,7 +6,6 @@ from ppl_vae.recipes.base import (
     config_from_dict,
     config_to_dict,
     evaluate_run,
-    load_run,
     train_recipe,
     with_overrides,
 )
@@ -20,7 +19,6 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "evaluate_run",
-    "load_run",
     "train_recipe",
     "with_overrides",
 ]

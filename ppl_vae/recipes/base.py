@@ -2,7 +2,9 @@
 
 A recipe turns a config dataclass (model, data and training settings, saved as JSON
 with every run) into an :class:`Experiment`: a model, its objective, its training
-tensors and an ``evaluate`` function that writes pictures and returns figures.
+tensors and an ``evaluate`` function that writes pictures and returns figures. The few facts
+about the training data that the model's construction needs (shapes, sizes) are saved with
+the run too, so that :func:`ppl_vae.load_run` rebuilds the model without the data.
 """
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae.runs import load_run
 from ppl_vae.train import RunDirectory, TrainConfig, fit
-from ppl_vae.train.checkpoint import CheckpointError, read_checkpoint
+from ppl_vae.viz import save_training_curves
 
 
 @dataclass
@@ -31,12 +34,15 @@ class Experiment:
     :param train_data: the named training tensors :func:`ppl_vae.fit` takes.
     :param evaluate: ``evaluate(model, pictures_dir) -> figures``: writes PNGs into
         ``pictures_dir`` and returns JSON-ready metrics.
+    :param model_inputs: JSON-ready facts about the training data that the recipe's
+        ``build_model`` needs to rebuild ``model`` without the data (shapes, sizes).
     """
 
     model: nn.Module
     objective: Any
     train_data: Mapping[str, Any]
     evaluate: Callable[[nn.Module, Path], dict[str, Any]]
+    model_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,8 @@ class Recipe:
     :param build: ``config -> Experiment``.
     :param demo: ``() -> config`` with settings that train on a CPU in about a minute.
     :param description: one line for ``ppl-vae train --help``.
+    :param build_model: ``(config, model_inputs) -> (model, objective)``, untrained, without
+        loading data (``model_inputs``: :attr:`Experiment.model_inputs` as saved with the run).
     """
 
     name: str
@@ -55,6 +63,7 @@ class Recipe:
     build: Callable[[Any], Experiment]
     demo: Callable[[], Any]
     description: str
+    build_model: Callable[[Any, Mapping[str, Any]], tuple[nn.Module, Any]]
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -131,7 +140,7 @@ def train_recipe(
         run_dir=run_dir,
         resume=resume,
         overwrite=overwrite,
-        extra_config={"recipe": recipe.name, "config": config_to_dict(config)},
+        extra_config={"recipe": recipe.name, "config": config_to_dict(config), "model_inputs": experiment.model_inputs},
     )
     if result.global_rank != 0:
         return {}
@@ -141,42 +150,23 @@ def train_recipe(
 def _evaluate_and_save(
     experiment: Experiment, model: nn.Module, run: RunDirectory, history, seed: int
 ) -> dict[str, Any]:
-    """Evaluate with a fixed seed (Monte Carlo figures repeat exactly) and save metrics.json."""
+    """Evaluate with a fixed seed (Monte Carlo figures repeat exactly), draw the training
+    curves of ``metrics.csv`` (``pictures/training_curves.png``) and save metrics.json."""
     model.eval()
     pyro.set_rng_seed(seed)
     with torch.no_grad():
         figures = experiment.evaluate(model, run.pictures)
+    if (run.path / "metrics.csv").is_file():
+        save_training_curves(run.path, run.pictures / "training_curves.png")
     if history:
         figures = {"final_losses": {k: v for k, v in history[-1].items()}, **figures}
     run.write_metrics(figures)
     return figures
 
 
-def load_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> tuple[Recipe, Any, Experiment]:
-    """Rebuild a run's experiment from its ``config.json`` and load its last checkpoint."""
-    run = RunDirectory(run_dir, resume=True)
-    saved = run.read_config()
-    name = saved.get("recipe")
-    if name not in recipes:
-        raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
-    recipe = recipes[name]
-    config = config_from_dict(recipe.config_class, saved["config"])
-    pyro.set_rng_seed(config.train.seed)
-    experiment = recipe.build(config)
-    checkpoint = read_checkpoint(run.last_checkpoint)
-    prefix = "model."
-    state = {k[len(prefix) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    try:
-        experiment.model.load_state_dict(state)
-    except RuntimeError as error:
-        raise CheckpointError(
-            f"checkpoint {run.last_checkpoint} does not fit the model its config builds: {error}"
-        ) from error
-    return recipe, config, experiment
-
-
 def evaluate_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> dict[str, Any]:
-    """Re-evaluate a finished run: rebuild, load ``last.ckpt``, write metrics and pictures."""
-    _, config, experiment = load_run(run_dir, recipes)
+    """Re-evaluate a finished run: rebuild it with its data, load ``last.ckpt``, write metrics
+    and pictures. Trains nothing."""
+    loaded = load_run(run_dir, with_data=True, recipes=recipes)
     run = RunDirectory(run_dir, resume=True)
-    return _evaluate_and_save(experiment, experiment.model, run, history=None, seed=config.train.seed)
+    return _evaluate_and_save(loaded.experiment, loaded.model, run, history=None, seed=loaded.config.train.seed)

@@ -3,6 +3,7 @@ and the standard pictures and figures of an image model."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ppl_vae.checks import posterior_predictive_check, save_ppc_plot
+from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
-from ppl_vae.viz import save_image_grid, save_latent_scatter, save_reconstructions, save_traversals
+from ppl_vae.viz import save_model_pictures, save_ppc_plot
 
 IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
 DATASETS = (*IMAGE_DATASETS, "pinwheel")
@@ -72,17 +73,17 @@ def load_training_data(
 
 
 def networks(
-    data: TrainingData, latent_dim: int, hidden: int = 256, bias: bool = True
+    shape: Sequence[int], latent_dim: int, hidden: int = 256, bias: bool = True
 ) -> tuple[nn.Module, nn.Module]:
-    """An encoder (``out_features`` set) and a decoder for the shape of ``data.x``:
-    the papers' convolutional pair for 28/32/64-pixel images, an MLP pair otherwise."""
-    if data.x.dim() == 4:
-        size = data.x.shape[-1]
+    """An encoder (``out_features`` set) and a decoder for points of ``shape`` (one point's
+    shape, e.g. ``data.x.shape[1:]``): the papers' convolutional pair for ``(C, H, W)`` images
+    of 28/32/64 pixels, an MLP pair for ``(F,)``."""
+    if len(shape) == 3:
         return (
-            ConvEncoder(size, data.x.shape[1], hidden_dim=hidden, bias=bias),
-            ConvDecoder(latent_dim, size, data.x.shape[1], hidden_dim=hidden, bias=bias),
+            ConvEncoder(shape[-1], shape[0], hidden_dim=hidden, bias=bias),
+            ConvDecoder(latent_dim, shape[-1], shape[0], hidden_dim=hidden, bias=bias),
         )
-    features = data.x.shape[1]
+    features = shape[0]
     encoder = MLP([features, hidden], bias=bias, final_activation=nn.ReLU())
     return encoder, mlp_decoder(latent_dim, [hidden], (features,), bias=bias)
 
@@ -94,17 +95,10 @@ def evaluation_batch(data: TrainingData, n: int = 512) -> tuple[torch.Tensor, to
 
 
 def image_model_pictures(model: nn.Module, x: torch.Tensor, labels: torch.Tensor | None, pictures: Path) -> dict[str, Any]:
-    """Reconstructions, samples, traversals, latent scatter and a posterior predictive check
-    for a model with ``encode``, ``decode``, ``reconstruct``, ``sample``; returns PPC figures."""
-    figures: dict[str, Any] = {}
-    if x.dim() == 4:
-        save_reconstructions(pictures / "reconstructions.png", x[:32], model.reconstruct(x[:32]))
-        save_image_grid(pictures / "samples.png", model.sample(64, mean=True), nrow=8, title="samples from the prior")
-        base = model.encode(x[:1])[0]
-        save_traversals(pictures / "traversals.png", model.decode, base)
-    z = model.encode(x)
-    save_latent_scatter(pictures / "latents.png", z, labels)
+    """The pictures of :func:`~ppl_vae.viz.save_model_pictures` and a posterior predictive
+    check (``posterior_predictive.png``) for a model with ``encode``, ``decode``,
+    ``reconstruct``, ``sample``; returns the PPC figures."""
+    save_model_pictures(model, x, labels, pictures)
     ppc = posterior_predictive_check(model, {"x": x[:256]}, num_samples=20)
     save_ppc_plot(ppc, pictures / "posterior_predictive.png")
-    figures["posterior_predictive"] = ppc.summary()
-    return figures
+    return {"posterior_predictive": ppc.summary()}

@@ -12,6 +12,7 @@ The three experiments of the paper map onto three settings of one config:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,27 +133,47 @@ class DecompositionConfig:
     )
 
 
-def build(config: DecompositionConfig) -> Experiment:
-    """The Decomposition VAE, its objective and the training data of ``config``."""
-    data = load_training_data(
-        config.dataset, config.num_train, config.train.seed, image_size=config.image_size, mnist_dir=config.mnist_dir
-    )
-    image_shape = tuple(data.x.shape[1:])
-    if config.flatten:
-        data.x = data.x.reshape(data.x.shape[0], -1)
-    encoder, decoder = networks(data, config.latent_dim, config.hidden)
-    likelihood = config.likelihood or ("bernoulli" if len(image_shape) == 3 else "gaussian")
+def build_untrained(
+    config: DecompositionConfig, model_inputs: Mapping[str, Any], x: torch.Tensor | None = None
+) -> tuple[DecompositionVAE, DecompositionELBO]:
+    """The untrained Decomposition VAE of ``config`` for points of ``model_inputs["shape"]``
+    (one point's shape as trained, after ``flatten``; ``model_inputs["image_shape"]`` before),
+    and its objective.
+
+    :param x: the training data ``(N, *shape)``: the PCA priors take their variances from it
+        and ``aggregate_over_dataset`` aggregates over it. Without it (reloading a trained
+        model, whose prior comes from the checkpoint) the PCA priors start isotropic and the
+        objective aggregates over each minibatch.
+    """
+    encoder, decoder = networks(tuple(model_inputs["shape"]), config.latent_dim, config.hidden)
+    likelihood = config.likelihood or ("bernoulli" if len(model_inputs["image_shape"]) == 3 else "gaussian")
     scale = config.likelihood_scale
     if scale is None and likelihood != "bernoulli":
         scale = 0.1
-    prior = make_prior(config.prior, config.latent_dim, data.x, config.df, config.gamma, config.sigma0)
+    if x is None and config.prior in ("pca", "learned-pca"):
+        prior = AnisotropicGaussianPrior(config.latent_dim, learn=config.prior == "learned-pca")
+    else:
+        prior = make_prior(config.prior, config.latent_dim, x, config.df, config.gamma, config.sigma0)
     model = DecompositionVAE(encoder, decoder, config.latent_dim, prior, likelihood, scale)
     objective = DecompositionELBO(
         beta=config.beta,
         alpha=config.alpha,
         divergence=config.divergence,
-        aggregate_data={"x": data.x} if config.aggregate_over_dataset else None,
+        aggregate_data={"x": x} if config.aggregate_over_dataset and x is not None else None,
     )
+    return model, objective
+
+
+def build(config: DecompositionConfig) -> Experiment:
+    """The Decomposition VAE, its objective and the training data of ``config``."""
+    data = load_training_data(
+        config.dataset, config.num_train, config.train.seed, image_size=config.image_size, mnist_dir=config.mnist_dir
+    )
+    model_inputs = {"image_shape": list(data.x.shape[1:])}
+    if config.flatten:
+        data.x = data.x.reshape(data.x.shape[0], -1)
+    model_inputs["shape"] = list(data.x.shape[1:])
+    model, objective = build_untrained(config, model_inputs, data.x)
 
     def evaluate(trained: DecompositionVAE, pictures: Path) -> dict[str, Any]:
         x, labels = evaluation_batch(data, config.evaluation_points)
@@ -183,7 +204,7 @@ def build(config: DecompositionConfig) -> Experiment:
             figures["factor_score"] = result.score
         return figures
 
-    return Experiment(model, objective, {"x": data.x}, evaluate)
+    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs)
 
 
 def demo() -> DecompositionConfig:
@@ -199,4 +220,5 @@ RECIPE = Recipe(
     build=build,
     demo=demo,
     description="Decomposition VAE: structured priors + alpha D(q(z), p(z)) (DecompositionELBO)",
+    build_model=build_untrained,
 )

@@ -7,16 +7,15 @@ training image, as the authors' code does).
 """
 from __future__ import annotations
 
-import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ppl_vae.checks import mean_intensity, per_class_mass, posterior_predictive_check, save_ppc_plot
+from ppl_vae.checks import mean_intensity, per_class_mass, posterior_predictive_check
 from ppl_vae.data.dsprites import stratified_label_indices
 from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.infer.schedules import LinearCapacity
@@ -25,7 +24,8 @@ from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.base import Experiment, Recipe
 from ppl_vae.recipes.common import TrainingData, load_training_data
 from ppl_vae.train import TrainConfig
-from ppl_vae.viz import plt, save_figure, save_image_grid, save_reconstructions, save_traversals
+from ppl_vae.viz import save_ppc_plot
+from ppl_vae.viz.parted import save_parted_pictures
 
 DATASETS = ("dsprites", "mnist")
 NETWORKS = ("conv", "mlp")
@@ -190,6 +190,13 @@ def build_objective(config: PartedConfig) -> PartedELBO:
     )
 
 
+def build_untrained(config: PartedConfig, model_inputs: Mapping[str, Any]) -> tuple[PartedVAE, PartedELBO]:
+    """The untrained PartedVAE of ``config`` for images of ``model_inputs["image_shape"]``
+    with ``model_inputs["num_classes"]`` classes, and its objective."""
+    model = build_model(config, tuple(model_inputs["image_shape"]), model_inputs["num_classes"])
+    return model, build_objective(config)
+
+
 def build(config: PartedConfig) -> Experiment:
     """PartedVAE, PartedELBO and the (partly labelled) training images of ``config``."""
     if config.dataset == "dsprites":
@@ -199,7 +206,8 @@ def build(config: PartedConfig) -> Experiment:
     else:
         data, evaluation = _mnist_pools(config)
         num_classes = 10
-    model = build_model(config, tuple(data.x.shape[1:]), num_classes)
+    model_inputs = {"image_shape": list(data.x.shape[1:]), "num_classes": num_classes}
+    model, objective = build_untrained(config, model_inputs)
     train_data: dict[str, Any] = {"x": data.x}
     if config.supervised:
         fraction = config.label_fraction if config.num_labels is None else None
@@ -224,13 +232,13 @@ def build(config: PartedConfig) -> Experiment:
                                                   seed=config.train.seed))
         return figures
 
-    return Experiment(model, build_objective(config), train_data, evaluate)
+    return Experiment(model, objective, train_data, evaluate, model_inputs)
 
 
 @torch.no_grad()
 def evaluate_parted(model: PartedVAE, evaluation: TrainingData, pictures: Path, supervised: bool) -> dict[str, Any]:
     """Accuracy of q(c|x) on ``evaluation`` (clustering accuracy always, plain accuracy when
-    trained with labels), the pictures of :func:`save_parted_pictures`, and a posterior
+    trained with labels), the pictures of :func:`~ppl_vae.viz.parted.save_parted_pictures`, and a posterior
     predictive check with the mass of each class."""
     x, labels = evaluation.x.float(), evaluation.labels
     probs = torch.cat([model.classify(x[i : i + 500])[0] for i in range(0, x.shape[0], 500)])
@@ -243,86 +251,6 @@ def evaluate_parted(model: PartedVAE, evaluation: TrainingData, pictures: Path, 
     save_ppc_plot(ppc, pictures / "posterior_predictive.png")
     figures["posterior_predictive"] = ppc.summary()
     return figures
-
-
-@torch.no_grad()
-def save_parted_pictures(model: PartedVAE, x: torch.Tensor, pictures: Path, traversal_range: float = 2.5) -> None:
-    """PartedVAE's pictures of images ``x (n, C, H, W)`` (n >= 8), written into ``pictures``:
-
-    - ``reconstructions.png``;
-    - ``class_traversals.png``: per image (row), its z with u set to each class prior's mean (column);
-    - ``latent_traversals.png``: every z and u dimension of one image over +-``traversal_range``;
-    - ``attribute_transfer.png``: top row gives c and u, left column gives z;
-    - ``class_samples.png``: one row of samples from each class prior (first variable);
-    - ``class_priors.png``: the learned class priors p(u | c), first two u dimensions.
-    """
-    was_training = model.training
-    model.eval()
-    save_reconstructions(pictures / "reconstructions.png", x[:32], model.reconstruct(x[:32]))
-    z, u = model.split_latent(model.encode(x[:8]))
-    loc = model.class_priors[0].loc
-    rows = []
-    for i in range(8):
-        u_k = u[i].expand(loc.shape[0], -1).clone()
-        u_k[:, : loc.shape[1]] = loc
-        rows.append(model.decode(z[i].expand(loc.shape[0], -1), u_k))
-    save_image_grid(pictures / "class_traversals.png", torch.cat(rows), nrow=loc.shape[0],
-                    title="u set to each class prior's mean (columns)")
-    values = torch.linspace(-traversal_range, traversal_range, 8)
-    save_traversals(pictures / "latent_traversals.png", lambda latent: model.decode(*model.split_latent(latent)),
-                    model.encode(x[:1])[0], values=values, title=f"z dims 0-{model.z_dim - 1}, then u dims")
-    save_image_grid(pictures / "class_samples.png",
-                    torch.cat([model.sample(8, c=_class_code(model, k)) for k in range(model.num_classes[0])]),
-                    nrow=8, title="samples from each class prior (rows)")
-    _save_attribute_transfer(model, x, pictures / "attribute_transfer.png")
-    _save_class_priors(model, pictures / "class_priors.png")
-    model.train(was_training)
-
-
-def _class_code(model: PartedVAE, k: int) -> torch.Tensor:
-    """Class k for the first variable, class 0 for the others: ``(V,)`` or a scalar."""
-    if model.num_variables == 1:
-        return torch.tensor(k)
-    code = torch.zeros(model.num_variables, dtype=torch.long)
-    code[0] = k
-    return code
-
-
-def _save_attribute_transfer(model: PartedVAE, x: torch.Tensor, path: Path, n: int = 6) -> Path:
-    """Grid: top row images give (c, u), left column images give z; cell (i, j) decodes
-    [z of row image i, u of column image j]."""
-    sources, targets = x[:n], x[n : 2 * n] if x.shape[0] >= 2 * n else x[:n].flip(0)
-    z_rows, _ = model.split_latent(model.encode(targets))
-    _, u_columns = model.split_latent(model.encode(sources))
-    blank = torch.zeros_like(x[:1])
-    cells = [blank, *sources.split(1)]
-    for i in range(n):
-        cells.append(targets[i : i + 1])
-        cells.append(model.decode(z_rows[i].expand(n, -1), u_columns))
-    return save_image_grid(path, torch.cat(cells), nrow=n + 1,
-                           title="attribute transfer: z from the left column, c and u from the top row")
-
-
-def _save_class_priors(model: PartedVAE, path: Path) -> Path:
-    """p(u_i | c_i = k) for each variable: densities (u of dimension 1) or means with
-    one-std ellipses in the first two dimensions."""
-    fig, axes = plt.subplots(1, model.num_variables, figsize=(4.5 * model.num_variables, 4), squeeze=False)
-    for i, (ax, prior) in enumerate(zip(axes[0], model.class_priors, strict=True)):
-        loc = prior.loc.detach().cpu().numpy()
-        std = np.exp(0.5 * prior.log_variance.detach().cpu().numpy())
-        for k in range(loc.shape[0]):
-            if loc.shape[1] == 1:
-                grid = np.linspace(loc.min() - 3 * std.max(), loc.max() + 3 * std.max(), 300)
-                density = np.exp(-0.5 * ((grid - loc[k, 0]) / std[k, 0]) ** 2) / (std[k, 0] * math.sqrt(2 * math.pi))
-                ax.plot(grid, density, label=f"c = {k}")
-            else:
-                angle = np.linspace(0, 2 * math.pi, 100)
-                ax.plot(loc[k, 0] + std[k, 0] * np.cos(angle), loc[k, 1] + std[k, 1] * np.sin(angle))
-                ax.annotate(str(k), loc[k, :2])
-        ax.set_title(f"class priors p(u{i} | c{i})")
-        if loc.shape[1] == 1:
-            ax.legend(fontsize=7)
-    return save_figure(fig, path)
 
 
 def demo() -> PartedConfig:
@@ -345,4 +273,5 @@ RECIPE = Recipe(
     build=build,
     demo=demo,
     description="PartedVAE: semi-supervised class-related (c, u) and class-independent (z) factors",
+    build_model=build_untrained,
 )

@@ -1,6 +1,7 @@
 """Recipe for the plain VAE / beta-VAE on dSprites, MNIST, Fashion-MNIST or pinwheel."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,22 @@ class VAEConfig:
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
 
 
+def build_untrained(config: VAEConfig, model_inputs: Mapping[str, Any]) -> tuple[VAE, MeanFieldELBO]:
+    """The untrained VAE of ``config`` for points of ``model_inputs["shape"]`` (one point's
+    shape), and its objective."""
+    shape = tuple(model_inputs["shape"])
+    encoder, decoder = networks(shape, config.latent_dim, config.hidden)
+    likelihood = config.likelihood or ("bernoulli" if len(shape) == 3 else "gaussian")
+    scale = config.likelihood_scale if config.likelihood_scale is not None else (None if likelihood == "bernoulli" else 0.1)
+    model = VAE(encoder, decoder, config.latent_dim, likelihood=likelihood, likelihood_scale=scale)
+    return model, MeanFieldELBO(beta=config.beta)
+
+
 def build(config: VAEConfig) -> Experiment:
     """The VAE, the mean-field ELBO with ``config.beta`` (analytic KL) and the training images of ``config``."""
     data = load_training_data(config.dataset, config.num_train, config.train.seed, mnist_dir=config.mnist_dir)
-    encoder, decoder = networks(data, config.latent_dim, config.hidden)
-    likelihood = config.likelihood or ("bernoulli" if data.x.dim() == 4 else "gaussian")
-    scale = config.likelihood_scale if config.likelihood_scale is not None else (None if likelihood == "bernoulli" else 0.1)
-    model = VAE(encoder, decoder, config.latent_dim, likelihood=likelihood, likelihood_scale=scale)
+    model_inputs = {"shape": list(data.x.shape[1:])}
+    model, objective = build_untrained(config, model_inputs)
 
     def evaluate(trained: VAE, pictures: Path) -> dict[str, Any]:
         x, labels = evaluation_batch(data)
@@ -70,7 +80,7 @@ def build(config: VAEConfig) -> Experiment:
             figures["factor_score"] = result.score
         return figures
 
-    return Experiment(model, MeanFieldELBO(beta=config.beta), {"x": data.x}, evaluate)
+    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs)
 
 
 def demo() -> VAEConfig:
@@ -91,4 +101,5 @@ RECIPE = Recipe(
     build=build,
     demo=demo,
     description="plain VAE / beta-VAE (TraceMeanField_ELBO)",
+    build_model=build_untrained,
 )

@@ -1,0 +1,249 @@
+"""Pictures for any model: image grids, reconstructions, latent traversals, latent scatters,
+q(z) vs p(z).
+
+Each ``plot_*`` function draws into the ``ax`` (or ``axes``) it is given, or into a new pyplot
+figure, and returns the Figure; each ``save_*`` function draws into a figure pyplot does not
+know and writes it to a file.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ppl_vae.viz._figures import as_numpy, axes_list, new_figure, save_figure
+
+RECONSTRUCTIONS_TITLE = "data (odd rows) and reconstructions (even rows)"
+TRAVERSALS_TITLE = "latent traversals (one row per dimension)"
+
+
+def image_grid(images: torch.Tensor | np.ndarray, nrow: int, pad: int = 1) -> np.ndarray:
+    """Tile ``images (n, C, H, W)`` (C = 1 or 3) into one ``(rows*(H+pad), nrow*(W+pad)[, 3])``
+    array in [0, 1], row by row."""
+    images = as_numpy(images)
+    if images.ndim != 4 or images.shape[1] not in (1, 3):
+        raise ValueError(f"images must have shape (n, 1 or 3, H, W), got {images.shape}")
+    if nrow < 1:
+        raise ValueError(f"nrow must be >= 1, got {nrow}")
+    n, c, h, w = images.shape
+    rows = -(-n // nrow)
+    grid = np.ones((rows * (h + pad) + pad, nrow * (w + pad) + pad, c), dtype=np.float32)
+    for i in range(n):
+        r, col = divmod(i, nrow)
+        top, left = pad + r * (h + pad), pad + col * (w + pad)
+        grid[top : top + h, left : left + w] = np.clip(images[i].transpose(1, 2, 0), 0, 1)
+    return grid[..., 0] if c == 1 else grid
+
+
+def _grid_figsize(grid: np.ndarray, title: str | None) -> tuple[float, float]:
+    height, width = grid.shape[:2]
+    scale = 6.0 / max(height, width)
+    return max(width * scale, 2), max(height * scale, 2) + (0.4 if title else 0)
+
+
+def _show_grid(grid: np.ndarray, ax: Axes | None, title: str | None, detached: bool = False) -> Figure:
+    if ax is None:
+        fig, axes = new_figure(_grid_figsize(grid, title), detached=detached)
+        ax = axes[0, 0]
+    ax.imshow(grid, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
+    return ax.figure
+
+
+def plot_image_grid(
+    images: torch.Tensor | np.ndarray, nrow: int = 8, title: str | None = None, ax: Axes | None = None
+) -> Figure:
+    """Show ``images (n, C, H, W)`` as a grid of ``nrow`` columns."""
+    return _show_grid(image_grid(images, nrow), ax, title)
+
+
+def save_image_grid(
+    path: str | os.PathLike, images: torch.Tensor | np.ndarray, nrow: int = 8, title: str | None = None
+) -> Path:
+    """Write ``images (n, C, H, W)`` as a grid PNG."""
+    return save_figure(_show_grid(image_grid(images, nrow), None, title, detached=True), path)
+
+
+def reconstruction_rows(data: torch.Tensor, reconstructions: torch.Tensor) -> torch.Tensor:
+    """Rows of 8 data images, each followed by the row of their reconstructions (at most 32
+    pairs): ``(2 * n, C, H, W)`` from two ``(n', C, H, W)``."""
+    n = min(len(data), 32) // 8 * 8 or min(len(data), 8)
+    rows = []
+    for start in range(0, n, 8):
+        rows += [data[start : start + 8], reconstructions[start : start + 8]]
+    return torch.cat([r.detach().cpu() for r in rows])
+
+
+def plot_reconstructions(
+    data: torch.Tensor, reconstructions: torch.Tensor, title: str = RECONSTRUCTIONS_TITLE, ax: Axes | None = None
+) -> Figure:
+    """Show rows of data ``(n, C, H, W)`` interleaved with their reconstructions, 8 per row."""
+    return plot_image_grid(reconstruction_rows(data, reconstructions), min(8, len(data)), title, ax)
+
+
+def save_reconstructions(
+    path: str | os.PathLike, data: torch.Tensor, reconstructions: torch.Tensor, title: str = RECONSTRUCTIONS_TITLE
+) -> Path:
+    """Write rows of data ``(n, C, H, W)`` interleaved with their reconstructions, 8 per row."""
+    return save_image_grid(path, reconstruction_rows(data, reconstructions), nrow=min(8, len(data)), title=title)
+
+
+def traversal_images(
+    decode: Callable[[torch.Tensor], torch.Tensor],
+    base: torch.Tensor,
+    dims: Sequence[int],
+    values: torch.Tensor,
+) -> torch.Tensor:
+    """Decode ``base (D,)`` with one dimension at a time set to each of ``values (K,)``.
+
+    Returns ``(len(dims) * K, C, H, W)``: one row per dimension.
+    """
+    rows = []
+    for d in dims:
+        z = base.expand(len(values), -1).clone()
+        z[:, d] = values
+        rows.append(decode(z))
+    return torch.cat(rows)
+
+
+def _traversal_grid(decode, base, dims, values) -> tuple[torch.Tensor, int]:
+    dims = list(range(base.shape[-1])) if dims is None else list(dims)
+    values = torch.linspace(-2.5, 2.5, 8) if values is None else values
+    with torch.no_grad():
+        return traversal_images(decode, base, dims, values.to(base)), len(values)
+
+
+def plot_traversals(
+    decode: Callable[[torch.Tensor], torch.Tensor],
+    base: torch.Tensor,
+    dims: Sequence[int] | None = None,
+    values: torch.Tensor | None = None,
+    title: str = TRAVERSALS_TITLE,
+    ax: Axes | None = None,
+) -> Figure:
+    """Show ``decode`` around ``base (D,)``, one row per dimension in ``dims`` (default: all)
+    over ``values (K,)`` (default: 8 steps over [-2.5, 2.5])."""
+    images, nrow = _traversal_grid(decode, base, dims, values)
+    return plot_image_grid(images, nrow, title, ax)
+
+
+def save_traversals(
+    path: str | os.PathLike,
+    decode: Callable[[torch.Tensor], torch.Tensor],
+    base: torch.Tensor,
+    dims: Sequence[int] | None = None,
+    values: torch.Tensor | None = None,
+    title: str = TRAVERSALS_TITLE,
+) -> Path:
+    """Write the traversal grid of :func:`plot_traversals`."""
+    images, nrow = _traversal_grid(decode, base, dims, values)
+    return save_image_grid(path, images, nrow=nrow, title=title)
+
+
+def _latent_scatter(z, labels, title: str, ax: Axes | None, detached: bool) -> Figure:
+    z = as_numpy(z)
+    if z.ndim != 2:
+        raise ValueError(f"z must have shape (n, D), got {z.shape}")
+    if ax is None:
+        _, axes = new_figure((5, 5), detached=detached)
+        ax = axes[0, 0]
+    y = z[:, 1] if z.shape[1] > 1 else np.zeros(len(z))
+    if labels is None:
+        ax.scatter(z[:, 0], y, s=4, alpha=0.6)
+    else:
+        labels = as_numpy(labels)
+        for label in np.unique(labels):
+            mask = labels == label
+            ax.scatter(z[mask, 0], y[mask], s=4, alpha=0.6, label=str(label))
+        ax.legend(markerscale=3, fontsize=8)
+    ax.set_title(title)
+    ax.set_xlabel("dim 0")
+    ax.set_ylabel("dim 1")
+    return ax.figure
+
+
+def plot_latent_scatter(
+    z: torch.Tensor | np.ndarray,
+    labels: torch.Tensor | np.ndarray | None = None,
+    title: str = "latent means",
+    ax: Axes | None = None,
+) -> Figure:
+    """Scatter the first two dimensions of ``z (n, D)``, coloured by ``labels (n,)``."""
+    return _latent_scatter(z, labels, title, ax, detached=False)
+
+
+def save_latent_scatter(
+    path: str | os.PathLike,
+    z: torch.Tensor | np.ndarray,
+    labels: torch.Tensor | np.ndarray | None = None,
+    title: str = "latent means",
+) -> Path:
+    """Write the scatter of :func:`plot_latent_scatter`."""
+    return save_figure(_latent_scatter(z, labels, title, None, detached=True), path)
+
+
+def _density_comparison(q, p, title: str, bins: int, axes, detached: bool) -> Figure:
+    q, p = as_numpy(q)[:, :2], as_numpy(p)[:, :2]
+    if axes is None:
+        fig, grid = new_figure((9, 4.5), 1, 2, detached=detached)
+        axes = grid[0]
+    axes = axes_list(axes, 2)
+    both = np.concatenate([q, p])
+    lo, hi = np.percentile(both, 0.5, axis=0), np.percentile(both, 99.5, axis=0)
+    extent = [[lo[0], hi[0]], [lo[1], hi[1]]] if q.shape[1] == 2 else None
+    for ax, samples, name in zip(axes, (q, p), ("q(z)", "p(z)"), strict=True):
+        if samples.shape[1] == 2:
+            ax.hist2d(samples[:, 0], samples[:, 1], bins=bins, range=extent, cmap="viridis")
+        else:
+            ax.hist(samples[:, 0], bins=bins)
+        ax.set_title(name)
+    fig = axes[0].figure
+    fig.suptitle(title)
+    return fig
+
+
+def plot_density_comparison(
+    posterior_samples: torch.Tensor | np.ndarray,
+    prior_samples: torch.Tensor | np.ndarray,
+    title: str = "aggregate posterior q(z) vs prior p(z)",
+    bins: int = 60,
+    axes: Sequence[Axes] | None = None,
+) -> Figure:
+    """Side-by-side 2-D histograms of q(z) and p(z) samples ``(n, D)`` on shared axes (the
+    first two dimensions; a 1-D histogram when D = 1), in two new panels or the two ``axes``."""
+    return _density_comparison(posterior_samples, prior_samples, title, bins, axes, detached=False)
+
+
+def save_density_comparison(
+    path: str | os.PathLike,
+    posterior_samples: torch.Tensor | np.ndarray,
+    prior_samples: torch.Tensor | np.ndarray,
+    title: str = "aggregate posterior q(z) vs prior p(z)",
+    bins: int = 60,
+) -> Path:
+    """Write the histograms of :func:`plot_density_comparison`."""
+    return save_figure(_density_comparison(posterior_samples, prior_samples, title, bins, None, detached=True), path)
+
+
+@torch.no_grad()
+def save_model_pictures(
+    model: torch.nn.Module, x: torch.Tensor, labels: torch.Tensor | None, pictures: str | os.PathLike
+) -> None:
+    """The standard pictures of a model with ``encode``, ``decode``, ``reconstruct`` and
+    ``sample``, written into ``pictures``: for images ``x (n, C, H, W)``,
+    ``reconstructions.png``, ``samples.png`` (64 from the prior) and ``traversals.png``
+    (around the first image's code); for any data, ``latents.png`` (the means of ``x``
+    coloured by ``labels (n,)``)."""
+    pictures = Path(pictures)
+    if x.dim() == 4:
+        save_reconstructions(pictures / "reconstructions.png", x[:32], model.reconstruct(x[:32]))
+        save_image_grid(pictures / "samples.png", model.sample(64, mean=True), nrow=8, title="samples from the prior")
+        save_traversals(pictures / "traversals.png", model.decode, model.encode(x[:1])[0])
+    save_latent_scatter(pictures / "latents.png", model.encode(x), labels)

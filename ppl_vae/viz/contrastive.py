@@ -1,0 +1,49 @@
+"""Pictures of a :class:`~ppl_vae.models.contrastive.ContrastiveVAE`: the salient scatter,
+denoised targets ``f([E q(s|x), 0])`` and salient-only samples ``f([s, 0])``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ppl_vae.viz.common import save_image_grid, save_latent_scatter, save_reconstructions
+
+if TYPE_CHECKING:
+    from ppl_vae.models.contrastive import ContrastiveVAE
+
+DENOISED_TITLE = "target (odd rows) and denoised f([s, 0]), rescaled (even rows)"
+
+
+def salient_grid(salient_dim: int, n: int = 8, radius: float = 2.0) -> torch.Tensor:
+    """An ``n x n`` grid over the first two salient dimensions (others 0): ``(n * n, D_s)``."""
+    values = torch.linspace(-radius, radius, n)
+    grid = torch.zeros(n * n, salient_dim)
+    grid[:, 0] = values.repeat_interleave(n)
+    if salient_dim > 1:
+        grid[:, 1] = values.repeat(n)
+    return grid
+
+
+def for_display(images: torch.Tensor) -> torch.Tensor:
+    """Each image ``(n, C, H, W)`` clipped at 0 and divided by its maximum: a denoised digit keeps
+    the faint intensity it has in Grassy-MNIST (``1 / (1 + amplitude)``) and would look black."""
+    images = images.clamp_min(0)
+    return images / images.amax(dim=(1, 2, 3), keepdim=True).clamp_min(1e-6)
+
+
+@torch.no_grad()
+def save_contrastive_pictures(
+    model: ContrastiveVAE, target: torch.Tensor, labels: torch.Tensor, pictures: str | os.PathLike
+) -> None:
+    """Write into ``pictures``: ``salient.png`` (salient means of ``target (n, ...)`` coloured
+    by ``labels (n,)``) and, for image targets ``(n, C, H, W)``, ``denoised.png`` and
+    ``salient_samples.png`` (on :func:`salient_grid`), each image rescaled by :func:`for_display`."""
+    pictures = Path(pictures)
+    save_latent_scatter(pictures / "salient.png", model.salient_embedding(target), labels, title="salient means by label")
+    if target.dim() == 4:
+        save_reconstructions(pictures / "denoised.png", target[:32], for_display(model.denoise(target[:32])),
+                             title=DENOISED_TITLE)
+        samples = model.generate_salient(salient_grid(model.salient_dim).to(target.device))
+        save_image_grid(pictures / "salient_samples.png", for_display(samples), title="salient-only samples f([s, 0]), rescaled")
