@@ -12,10 +12,8 @@ from torch import nn
 
 from ppl_vae.checks import posterior_predictive_check, save_ppc_plot
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
+from ppl_vae.recipes.configs import DATASETS
 from ppl_vae.viz import save_image_grid, save_latent_scatter, save_reconstructions, save_traversals
-
-IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
-DATASETS = (*IMAGE_DATASETS, "pinwheel")
 
 
 @dataclass
