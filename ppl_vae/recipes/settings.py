@@ -178,21 +178,14 @@ def _convert_str(value: Any, from_text: bool) -> str:
 
 def _convert_tuple(hint: Any, value: Any, from_text: bool) -> tuple:
     args = typing.get_args(hint)
+    any_length = len(args) == 2 and args[1] is Ellipsis
+    expected = "a list" if any_length else f"a list of {len(args)} values"
     if from_text and isinstance(value, str):
         value = _text_sequence(value)
-    if not isinstance(value, (list, tuple)):
-        raise _Mismatch(f"a list of {_tuple_length(args)}")
-    if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(convert(args[0], item, from_text) for item in value)
-    if len(value) != len(args):
-        raise _Mismatch(f"a list of {_tuple_length(args)}")
-    return tuple(convert(arg, item, from_text) for arg, item in zip(args, value, strict=True))
-
-
-def _tuple_length(args: tuple) -> str:
-    if len(args) == 2 and args[1] is Ellipsis:
-        return f"values of type {type_name(args[0])}"
-    return f"{len(args)} values of type{'s' if len(set(args)) > 1 else ''} {', '.join(dict.fromkeys(type_name(a) for a in args))}"
+    if not isinstance(value, (list, tuple)) or (not any_length and len(value) != len(args)):
+        raise _Mismatch(expected)
+    types_ = [args[0]] * len(value) if any_length else args
+    return tuple(convert(arg, item, from_text) for arg, item in zip(types_, value, strict=True))
 
 
 def _text_sequence(text: str) -> Any:
@@ -230,7 +223,7 @@ def parse_value(name: str, hint: Any, value: Any, from_text: bool = True) -> Any
         ) from None
 
 
-def check_types(config: Any, from_text: bool = False) -> None:
+def check_types(config: Any) -> None:
     """Convert every field of dataclass ``config`` to its declared type in place (ints for
     floats, lists for tuples) and refuse values that do not fit (bools for ints, non-finite
     floats, ...): the ``__post_init__`` of the recipe configs.
@@ -244,7 +237,7 @@ def check_types(config: Any, from_text: bool = False) -> None:
             if not isinstance(getattr(config, field.name), hint):
                 raise SettingError(f"setting {field.name}: expected a {hint.__name__}, got {getattr(config, field.name)!r}")
             continue
-        setattr(config, field.name, parse_value(field.name, hint, getattr(config, field.name), from_text))
+        setattr(config, field.name, parse_value(field.name, hint, getattr(config, field.name), from_text=False))
 
 
 def require(name: str, value: Any, holds: bool, expected: str) -> None:
