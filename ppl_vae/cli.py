@@ -144,10 +144,14 @@ def _resume(args: argparse.Namespace) -> int:
     if changes:
         raise UsageError(f"--resume continues a run with its saved settings; {', '.join(changes)} cannot change them")
     run_dir = _existing_run_dir(args.resume)
-    saved = json.loads((run_dir / "config.json").read_text())
-    recipe = RECIPES.get(saved.get("recipe"))
-    if recipe is None:
-        raise UsageError(f"{run_dir / 'config.json'} names unknown recipe {saved.get('recipe')!r}")
+    saved_path = run_dir / "config.json"
+    try:
+        saved = json.loads(saved_path.read_text())
+    except ValueError as error:
+        raise UsageError(f"{saved_path} is not valid JSON: {error}") from None
+    if not isinstance(saved, dict) or saved.get("recipe") not in RECIPES or not isinstance(saved.get("config"), dict):
+        raise UsageError(f"{saved_path} is no run config: it needs a \"recipe\" (one of {sorted(RECIPES)}) and a \"config\"")
+    recipe = RECIPES[saved["recipe"]]
     config = config_from_dict(recipe.config_class, saved["config"])
     figures = _engine(args).train_recipe(recipe, config, run_dir, resume=True)
     _print_figures(figures, run_dir)

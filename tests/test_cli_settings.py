@@ -238,3 +238,18 @@ def test_help_list_and_bad_settings_import_no_torch(argv, status):
     result = run_without_engine(*argv)
     assert result.returncode == status, result.stderr
     assert "imported: []" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "config.json is not valid JSON"),
+        ('{"recipe": "gan", "config": {}}', "config.json is no run config: it needs a \"recipe\""),
+        ('{"recipe": "vae", "config": {"latent_dim": "ten"}}', "setting latent_dim: 'ten' is not an integer"),
+    ],
+)
+def test_resume_refuses_a_broken_run_config_in_one_line(text, message, tmp_path, built, capsys):
+    (tmp_path / "config.json").write_text(text)
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert message in one_line_error(capsys)
+    assert built == []
