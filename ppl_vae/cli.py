@@ -1,15 +1,18 @@
 """``ppl-vae``: train, evaluate and demo the library's models from the shell.
 
-    ppl-vae train MODEL [--steps N] [--set key=value ...] [--run-dir DIR]
+    ppl-vae train MODEL [--config FILE] [--set name=value ...] [--steps N] [--run-dir DIR]
+    ppl-vae train MODEL --help            (every setting with its type, default and doc)
     ppl-vae train --resume RUN_DIR
-    ppl-vae sweep MODEL --grid key=v1,v2 [--grid ...] --seeds 0,1,2 [--jobs N] [--out DIR] [--set ...]
+    ppl-vae sweep MODEL --grid name=v1,v2 [--grid ...] --seeds 0,1,2 [--jobs N] [--out DIR] [--set ...]
     ppl-vae evaluate RUN_DIR
     ppl-vae demo [--out DIR] [--models vae,...]
     ppl-vae list
 
-Settings map onto the recipe's config dataclass (``--set beta=4 --set train.lr=1e-3``);
-the whole config is saved in ``RUN_DIR/config.json``. Errors in the input print one line
-and exit with status 2.
+Settings are the fields of the recipe's config dataclass (``--set beta=4 --set
+train.lr=1e-3``, or a JSON/YAML ``--config`` file that ``--set`` overrides); each value is
+parsed to the field's type and checked before anything is built, and the whole config is
+saved in ``RUN_DIR/config.json``. Errors print one line: exit status 2 for bad input, 1 for
+a run that failed (``--debug`` shows the traceback). Parsing and ``--help`` import no torch.
 """
 from __future__ import annotations
 
@@ -19,17 +22,23 @@ import json
 import logging
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import torch
-
-from ppl_vae.recipes import RECIPES, config_from_dict, evaluate_run, train_recipe, with_overrides
-from ppl_vae.train import CheckpointError, RunDirectory, RunDirectoryExistsError
-from ppl_vae.train.sweep import plan_sweep, run_sweep, visible_gpus
+from ppl_vae.recipes.registry import RECIPES, Recipe
+from ppl_vae.recipes.settings import (
+    config_from_dict,
+    flatten_settings,
+    read_settings_file,
+    setting_value,
+    settings_of,
+    with_overrides,
+)
 
 _TRAIN_SHORTCUTS = {
     "steps": "train.steps",
@@ -42,28 +51,52 @@ _TRAIN_SHORTCUTS = {
     "strategy": "train.strategy",
     "precision": "train.precision",
 }
+_INPUT_ERRORS = (ValueError, TypeError, LookupError, FileNotFoundError, FileExistsError, NotADirectoryError)
 
 
 class UsageError(ValueError):
     """Bad command-line input."""
 
 
-def _parse_value(text: str) -> Any:
-    """JSON literals (numbers, true/false/null, lists) or a plain string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def _recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise UsageError(f"unknown model {name!r}; available: {', '.join(sorted(RECIPES))}")
+    return RECIPES[name]
 
 
-def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
-    overrides = {}
+def _parse_sets(pairs: Sequence[str]) -> dict[str, str]:
+    """``name=value`` texts as ``{name: value text}`` (typed later, by the config's fields)."""
+    settings = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set expects key=value, got {pair!r}")
-        overrides[key.strip()] = _parse_value(value)
-    return overrides
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set expects name=value, got {pair!r}")
+        settings[name.strip()] = value
+    return settings
+
+
+def _command_line_settings(args: argparse.Namespace, config_class: type) -> dict[str, Any]:
+    """The settings of ``--config``, then the shortcut options, then ``--set`` (later wins)."""
+    settings: dict[str, Any] = {}
+    if args.config:
+        settings.update(flatten_settings(config_class, read_settings_file(args.config)))
+    for option, name in _TRAIN_SHORTCUTS.items():
+        if getattr(args, option) is not None:
+            settings[name] = getattr(args, option)
+    settings.update(_parse_sets(args.set))
+    if not args.progress:
+        settings["train.progress_bar"] = False
+    return settings
+
+
+def _existing_run_dir(path: str) -> Path:
+    """``path`` as a run directory that exists and holds a ``config.json``."""
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise UsageError(f"run directory {path!r} does not exist")
+    if not (run_dir / "config.json").is_file():
+        raise UsageError(f"{path!r} is not a run directory: it holds no config.json")
+    return run_dir
 
 
 def _default_run_dir(name: str) -> Path:
@@ -77,83 +110,104 @@ def _print_figures(figures: dict[str, Any], run_dir: Path) -> None:
     print(f"run directory: {run_dir.resolve()}")
 
 
+def _engine(args: argparse.Namespace) -> ModuleType:
+    """:mod:`ppl_vae.recipes.base` (torch, Pyro, Lightning: seconds to import), with
+    Lightning's info messages off and ``--threads`` applied."""
+    import torch
+
+    from ppl_vae.recipes import base
+
+    for name in ("lightning.pytorch", "lightning.fabric"):  # after Lightning set them up
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    return base
+
+
 def _train(args: argparse.Namespace) -> int:
     if args.resume:
-        if args.model:
-            raise UsageError("give either MODEL or --resume RUN_DIR, not both")
-        run = RunDirectory(args.resume, resume=True)
-        saved = run.read_config()
-        recipe = RECIPES.get(saved.get("recipe"))
-        if recipe is None:
-            raise UsageError(f"{run.config_path} names unknown recipe {saved.get('recipe')!r}")
-        config = config_from_dict(recipe.config_class, saved["config"])
-        figures = train_recipe(recipe, config, run.path, resume=True)
-        _print_figures(figures, run.path)
-        return 0
-    if args.model not in RECIPES:
-        raise UsageError(f"unknown model {args.model!r}; available: {', '.join(sorted(RECIPES))}")
-    recipe = RECIPES[args.model]
-    config = recipe.demo() if args.demo_settings else recipe.config_class()
-    overrides = {dotted: getattr(args, name) for name, dotted in _TRAIN_SHORTCUTS.items() if getattr(args, name) is not None}
-    overrides.update(_parse_sets(args.set))
-    if not args.progress:
-        overrides["train.progress_bar"] = False
-    config = with_overrides(config, overrides)
+        return _resume(args)
+    recipe = _recipe(args.model)
+    settings = _command_line_settings(args, recipe.config_class)
+    config = with_overrides(recipe.demo() if args.demo_settings else recipe.config_class(), settings)
     run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(recipe.name)
-    figures = train_recipe(recipe, config, run_dir, overwrite=args.overwrite)
+    figures = _engine(args).train_recipe(recipe, config, run_dir, overwrite=args.overwrite)
+    _print_figures(figures, run_dir)
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    if args.model:
+        raise UsageError("give either MODEL or --resume RUN_DIR, not both")
+    changes = [option for option, given in (("--config", args.config), ("--set", args.set), ("--demo-settings", args.demo_settings)) if given]
+    changes += [f"--{option.replace('_', '-')}" for option in _TRAIN_SHORTCUTS if getattr(args, option) is not None]
+    if changes:
+        raise UsageError(f"--resume continues a run with its saved settings; {', '.join(changes)} cannot change them")
+    run_dir = _existing_run_dir(args.resume)
+    saved_path = run_dir / "config.json"
+    try:
+        saved = json.loads(saved_path.read_text())
+    except ValueError as error:
+        raise UsageError(f"{saved_path} is not valid JSON: {error}") from None
+    if not isinstance(saved, dict) or saved.get("recipe") not in RECIPES or not isinstance(saved.get("config"), dict):
+        raise UsageError(f"{saved_path} is no run config: it needs a \"recipe\" (one of {sorted(RECIPES)}) and a \"config\"")
+    recipe = RECIPES[saved["recipe"]]
+    config = config_from_dict(recipe.config_class, saved["config"])
+    figures = _engine(args).train_recipe(recipe, config, run_dir, resume=True)
     _print_figures(figures, run_dir)
     return 0
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    figures = evaluate_run(args.run_dir, RECIPES)
-    _print_figures(figures, Path(args.run_dir))
+    run_dir = _existing_run_dir(args.run_dir)
+    figures = _engine(args).evaluate_run(run_dir, RECIPES)
+    _print_figures(figures, run_dir)
     return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
     names = args.models.split(",") if args.models else list(RECIPES)
-    unknown = [n for n in names if n not in RECIPES]
-    if unknown:
-        raise UsageError(f"unknown models {unknown}; available: {', '.join(sorted(RECIPES))}")
+    recipes = [_recipe(name) for name in names]
+    train_recipe = _engine(args).train_recipe
     out = Path(args.out) if args.out else _default_run_dir("demo")
     summary = {}
-    for name in names:
-        recipe = RECIPES[name]
+    for recipe in recipes:
         config = with_overrides(recipe.demo(), {"train.progress_bar": bool(args.progress)})
-        print(f"[demo] {name}: {recipe.description}", flush=True)
+        print(f"[demo] {recipe.name}: {recipe.description}", flush=True)
         start = time.perf_counter()
-        figures = train_recipe(recipe, config, out / name, overwrite=args.overwrite)
+        figures = train_recipe(recipe, config, out / recipe.name, overwrite=args.overwrite)
         seconds = time.perf_counter() - start
-        summary[name] = {"seconds": round(seconds, 1), **{k: v for k, v in figures.items() if isinstance(v, (int, float))}}
-        print(f"[demo] {name} done in {seconds:.0f} s: " + ", ".join(f"{k}={v:.4g}" for k, v in summary[name].items() if k != "seconds"), flush=True)
+        numbers = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
+        summary[recipe.name] = {"seconds": round(seconds, 1), **numbers}
+        print(f"[demo] {recipe.name} done in {seconds:.0f} s: " + ", ".join(f"{k}={v:.4g}" for k, v in numbers.items()), flush=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"demo runs (config, checkpoints, metrics, pictures) are in {out.resolve()}")
     return 0
 
 
-def _parse_grid(entries: Sequence[str]) -> dict[str, list[Any]]:
+def _parse_grid(entries: Sequence[str], config_class: type) -> dict[str, list[Any]]:
+    """``name=v1,v2`` entries as ``{name: [typed values]}``."""
     grid: dict[str, list[Any]] = {}
     for entry in entries:
-        key, sep, values = entry.partition("=")
-        if not sep or not key or not values:
-            raise UsageError(f"--grid expects key=value1,value2,..., got {entry!r}")
-        grid[key.strip()] = [_parse_value(value) for value in values.split(",")]
+        name, sep, values = entry.partition("=")
+        if not sep or not name.strip() or not values:
+            raise UsageError(f"--grid expects name=value1,value2,..., got {entry!r}")
+        grid[name.strip()] = [setting_value(config_class, name.strip(), value) for value in values.split(",")]
     return grid
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    if args.model not in RECIPES:
-        raise UsageError(f"unknown model {args.model!r}; available: {', '.join(sorted(RECIPES))}")
-    recipe = RECIPES[args.model]
-    grid = _parse_grid(args.grid)
+    from ppl_vae.train.sweep import plan_sweep, run_sweep, visible_gpus
+
+    recipe = _recipe(args.model)
+    grid = _parse_grid(args.grid, recipe.config_class)
     try:
         seeds = [int(seed) for seed in args.seeds.split(",")]
     except ValueError:
         raise UsageError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
     if args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
-    overrides = _parse_sets(args.set)
+    overrides = {name: setting_value(recipe.config_class, name, value) for name, value in _parse_sets(args.set).items()}
     base = recipe.demo() if args.demo_settings else recipe.config_class()
     for values in itertools.product(*grid.values()):
         with_overrides(base, {**overrides, **dict(zip(grid, values, strict=True))})
@@ -173,9 +227,43 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def settings_help(recipe: Recipe, width: int = 100) -> str:
+    """Every setting of ``recipe``: dotted name, type, default and a one-line doc."""
+    lines = [f"settings of {recipe.name} (--set NAME=VALUE, or NAME: VALUE in a --config file):"]
+    for setting in settings_of(recipe.config_class):
+        default = setting.default
+        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
+        lines.append(f"  {setting.name} ({setting.type_name}, default {shown})")
+        lines += textwrap.wrap(setting.doc, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+class _HelpWithSettings(argparse.Action):
+    """``-h``/``--help`` of a command taking MODEL: the usual help, then MODEL's settings."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
+        text = parser.format_help()
+        model = getattr(namespace, "model", None)
+        if model in RECIPES:
+            text += "\n" + settings_help(RECIPES[model]) + "\n"
+        else:
+            text += "\nput MODEL before --help to list its settings, e.g. `ppl-vae train vae --help`\n"
+        print(text, end="")
+        parser.exit()
+
+
+def _settings_options(parser: argparse.ArgumentParser, shared: bool = False) -> None:
+    what = "a setting shared by every run" if shared else "a setting (repeatable), dotted for nested ones: train.lr=1e-3"
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help=what)
+    parser.add_argument("--demo-settings", action="store_true", help="start from the recipe's small demo settings")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ppl-vae`` argument parser."""
-    parser = argparse.ArgumentParser(prog="ppl-vae", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ppl-vae", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument(
         "--threads",
         type=int,
@@ -183,35 +271,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch CPU threads (default: $PPL_VAE_NUM_THREADS, else torch's choice); "
         "use 1 when other processes share the CPU",
     )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
+    models = ", ".join(sorted(RECIPES))
 
-    train = sub.add_parser("train", help="train a model and write a run directory")
-    train.add_argument("model", nargs="?", help=f"one of: {', '.join(sorted(RECIPES))}")
+    train = sub.add_parser("train", help="train a model and write a run directory", add_help=False)
+    train.add_argument("-h", "--help", action=_HelpWithSettings, help="show this help and MODEL's settings")
+    train.add_argument("model", nargs="?", help=f"one of: {models}")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     train.add_argument("--run-dir", help="where to write the run (default runs/MODEL-TIMESTAMP)")
     train.add_argument("--overwrite", action="store_true", help="replace a run already in --run-dir")
-    train.add_argument("--demo-settings", action="store_true", help="start from the small demo settings")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any config setting, dotted for nested ones (train.lr=1e-3)")
-    train.add_argument("--steps", type=int)
-    train.add_argument("--batch-size", type=int)
-    train.add_argument("--lr", type=float)
-    train.add_argument("--seed", type=int)
-    train.add_argument("--device", choices=["cpu", "cuda", "auto"])
-    train.add_argument("--devices", type=int, help="devices (processes) for data parallelism")
-    train.add_argument("--num-nodes", type=int)
-    train.add_argument("--strategy", help="Lightning strategy, e.g. ddp")
-    train.add_argument("--precision", choices=["32-true", "bf16-mixed"], help="bf16-mixed: networks in bfloat16, losses in float32")
+    train.add_argument("--config", metavar="FILE", help="settings from a JSON (.json) or YAML file; --set overrides them")
+    _settings_options(train)
+    train.add_argument("--steps", metavar="N", help="train.steps")
+    train.add_argument("--batch-size", metavar="N", help="train.batch_size")
+    train.add_argument("--lr", metavar="LR", help="train.lr")
+    train.add_argument("--seed", metavar="N", help="train.seed")
+    train.add_argument("--device", choices=["cpu", "cuda", "auto"], help="train.device")
+    train.add_argument("--devices", metavar="N", help="train.devices: devices (processes) for data parallelism")
+    train.add_argument("--num-nodes", metavar="N", help="train.num_nodes")
+    train.add_argument("--strategy", help="train.strategy: Lightning strategy, e.g. ddp")
+    train.add_argument("--precision", choices=["32-true", "bf16-mixed"], help="train.precision; bf16-mixed: networks in bfloat16, losses in float32")
     train.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     train.set_defaults(handler=_train)
 
-    sweep = sub.add_parser("sweep", help="train a grid of settings x seeds as separate jobs and tabulate them")
-    sweep.add_argument("model", help=f"one of: {', '.join(sorted(RECIPES))}")
-    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a setting and its values (repeatable)")
+    sweep = sub.add_parser("sweep", help="train a grid of settings x seeds as separate jobs and tabulate them", add_help=False)
+    sweep.add_argument("-h", "--help", action=_HelpWithSettings, help="show this help and MODEL's settings")
+    sweep.add_argument("model", help=f"one of: {models}")
+    sweep.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2", help="a setting and its values (repeatable)")
     sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     sweep.add_argument("--jobs", type=int, default=1, help="jobs at once on a CPU-only machine (GPUs: one job per GPU)")
     sweep.add_argument("--out", help="sweep folder (default runs/sweep-MODEL-TIMESTAMP)")
-    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting shared by every run")
-    sweep.add_argument("--demo-settings", action="store_true", help="start every run from the small demo settings")
+    _settings_options(sweep, shared=True)
     sweep.set_defaults(handler=_sweep)
 
     evaluate = sub.add_parser("evaluate", help="re-evaluate a run from its last checkpoint")
@@ -230,24 +321,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _loaded_class(module: str, name: str) -> type | None:
+    """Class ``name`` of ``module`` if that module is already imported (an error of a module
+    never imported cannot have been raised, and importing it here would cost seconds)."""
+    return getattr(sys.modules.get(module), name, None)
+
+
+def failure(error: BaseException) -> tuple[int, str]:
+    """Exit status and one-line message for an error a command raised: 2 for bad input
+    (settings, files, run directories, checkpoints), 1 for a run that failed."""
+    message = " ".join(str(error).split())
+    non_finite = _loaded_class("ppl_vae.train.module", "NonFiniteLossError")
+    if non_finite is not None and isinstance(error, non_finite):
+        return 1, (
+            f"training failed: {message}. Try a lower learning rate (--lr, --set train.lr=...) "
+            "or smaller loss weights, and check the data for NaN or infinite values"
+        )
+    checkpoint_error = _loaded_class("ppl_vae.train.checkpoint", "CheckpointError")
+    if isinstance(error, _INPUT_ERRORS) or (checkpoint_error is not None and isinstance(error, checkpoint_error)):
+        return 2, message
+    return 1, f"the run failed: {type(error).__name__}: {message} (--debug shows the traceback)"
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "train" and not args.model and not args.resume:
+        raise UsageError("train needs MODEL or --resume RUN_DIR")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be >= 1, got {args.threads}")
+    return args.handler(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``ppl-vae``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    if args.command == "train" and not args.model and not args.resume:
-        print("ppl-vae: error: train needs MODEL or --resume RUN_DIR", file=sys.stderr)
-        return 2
-    if args.threads is not None:
-        if args.threads < 1:
-            print(f"ppl-vae: error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-            return 2
-        torch.set_num_threads(args.threads)
-    for name in ("lightning.pytorch", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        return args.handler(args)
-    except (UsageError, ValueError, TypeError, FileNotFoundError, RunDirectoryExistsError, CheckpointError) as error:
-        print(f"ppl-vae: error: {error}", file=sys.stderr)
-        return 2
+        return _run(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("ppl-vae: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        if args.debug:
+            raise
+        status, message = failure(error)
+        print(f"ppl-vae: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

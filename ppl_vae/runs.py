@@ -88,7 +88,7 @@ def load_run(
     :raises ValueError: a ``fit`` run without ``model``, an unknown recipe, or ``with_data``
         for a ``fit`` run.
     """
-    from ppl_vae.recipes.base import config_from_dict
+    from ppl_vae.recipes.settings import config_from_dict
     from ppl_vae.train import RunDirectory, TrainConfig
 
     run_dir = Path(run_dir)

@@ -1,21 +1,32 @@
-"""The models ``ppl-vae train MODEL`` knows, by name."""
-from ppl_vae.recipes import contrastive, decomposition, parted, vae
-from ppl_vae.recipes.base import (
-    Experiment,
-    Recipe,
-    config_from_dict,
-    config_to_dict,
-    evaluate_run,
-    train_recipe,
-    with_overrides,
-)
+"""The models ``ppl-vae train MODEL`` knows, by name.
 
-RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (vae.RECIPE, parted.RECIPE, contrastive.RECIPE, decomposition.RECIPE)}
+:data:`RECIPES`, the configs and the settings functions import nothing heavy; building,
+training and evaluating (:func:`train_recipe`, :func:`evaluate_run`) load torch, Pyro and
+Lightning on first use. A finished run is reloaded with :func:`ppl_vae.load_run`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ppl_vae.recipes.registry import RECIPES, Recipe
+from ppl_vae.recipes.settings import SettingError, config_from_dict, config_to_dict, with_overrides
+
+_BASE = ("Experiment", "evaluate_run", "train_recipe")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _BASE:
+        raise AttributeError(f"module 'ppl_vae.recipes' has no attribute {name!r}")
+    from ppl_vae.recipes import base
+
+    return getattr(base, name)
+
 
 __all__ = [
     "RECIPES",
     "Experiment",
     "Recipe",
+    "SettingError",
     "config_from_dict",
     "config_to_dict",
     "evaluate_run",

@@ -8,11 +8,9 @@ the run too, so that :func:`ppl_vae.load_run` rebuilds the model without the dat
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-import typing
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,8 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae.recipes.registry import Recipe
+from ppl_vae.recipes.settings import config_to_dict
 from ppl_vae.runs import load_run
 from ppl_vae.train import RunDirectory, TrainConfig, fit
 from ppl_vae.viz import save_training_curves
@@ -42,80 +42,7 @@ class Experiment:
     objective: Any
     train_data: Mapping[str, Any]
     evaluate: Callable[[nn.Module, Path], dict[str, Any]]
-    model_inputs: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A named way to build an experiment.
-
-    :param name: the CLI's ``MODEL`` argument.
-    :param config_class: a dataclass with a ``train: TrainConfig`` field.
-    :param build: ``config -> Experiment``.
-    :param demo: ``() -> config`` with settings that train on a CPU in about a minute.
-    :param description: one line for ``ppl-vae train --help``.
-    :param build_model: ``(config, model_inputs) -> (model, objective)``, untrained, without
-        loading data (``model_inputs``: :attr:`Experiment.model_inputs` as saved with the run).
-    """
-
-    name: str
-    config_class: type
-    build: Callable[[Any], Experiment]
-    demo: Callable[[], Any]
-    description: str
-    build_model: Callable[[Any, Mapping[str, Any]], tuple[nn.Module, Any]]
-
-
-def config_to_dict(config: Any) -> dict[str, Any]:
-    """A recipe config as a JSON-ready dict."""
-    return dataclasses.asdict(config)
-
-
-def config_from_dict(config_class: type, values: Mapping[str, Any]) -> Any:
-    """Build ``config_class`` from a (possibly nested, possibly partial) dict; unknown keys
-    raise ``ValueError`` naming them."""
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
-    unknown = set(values) - set(fields)
-    if unknown:
-        raise ValueError(
-            f"unknown settings {sorted(unknown)} for {config_class.__name__}; valid: {sorted(fields)}"
-        )
-    hints = typing.get_type_hints(config_class)
-    kwargs = {}
-    for name, value in values.items():
-        hint = hints.get(name)
-        if dataclasses.is_dataclass(hint) and isinstance(value, Mapping):
-            value = config_from_dict(hint, value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[name] = value
-    return config_class(**kwargs)
-
-
-def with_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
-    """A copy of ``config`` with dotted-key overrides such as ``{"train.steps": 100, "beta": 4}``."""
-    values = config_to_dict(config)
-    for key, value in overrides.items():
-        target = values
-        *parents, leaf = key.split(".")
-        for parent in parents:
-            if not isinstance(target.get(parent), dict):
-                raise ValueError(f"unknown setting {key!r}: {parent!r} is not a group of settings")
-            target = target[parent]
-        if leaf not in target:
-            raise ValueError(f"unknown setting {key!r}; valid: {sorted(_dotted_keys(values))}")
-        target[leaf] = value
-    return config_from_dict(type(config), values)
-
-
-def _dotted_keys(values: Mapping[str, Any], prefix: str = "") -> list[str]:
-    keys = []
-    for key, value in values.items():
-        if isinstance(value, dict):
-            keys += _dotted_keys(value, f"{prefix}{key}.")
-        else:
-            keys.append(f"{prefix}{key}")
-    return keys
+    model_inputs: dict[str, Any] = field(default_factory=dict)
 
 
 def train_recipe(

@@ -13,10 +13,8 @@ from torch import nn
 
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
+from ppl_vae.recipes.configs import DATASETS
 from ppl_vae.viz import save_model_pictures, save_ppc_plot
-
-IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
-DATASETS = (*IMAGE_DATASETS, "pinwheel")
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +24,13 @@ from ppl_vae.metrics import silhouette
 from ppl_vae.models import VAE
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.nn import MLP, mlp_decoder
-from ppl_vae.recipes.base import Experiment, Recipe
+from ppl_vae.recipes.base import Experiment
+from ppl_vae.recipes.configs import CONTRASTIVE_DATASETS, ContrastiveConfig
+from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.contrastive import save_contrastive_pictures
 
-CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
 MSE_SCALE = math.sqrt(0.5)
 
 
@@ -45,45 +45,6 @@ def grassy_likelihood_scale(amplitude: float) -> float:
     salient spread 0.03-0.13, silhouette 0.02-0.10 after 600 steps).
     """
     return MSE_SCALE / (1.0 + amplitude)
-
-
-@dataclass
-class ContrastiveConfig:
-    """Settings of a contrastive VAE run.
-
-    :param dataset: ``"grassy-mnist"`` (digits 0-2 on grass vs grass) or ``"counts"``
-        (:class:`~ppl_vae.data.counts.SyntheticCounts`).
-    :param amplitude: Grassy-MNIST grass amplitude relative to the digits.
-    :param background_noise: std of Gaussian noise added to the background (the paper's fig. 7b).
-    :param num_target: keep this many target points (``None``: all).
-    :param salient_dim: D_s.
-    :param shared_dim: D_z.
-    :param hidden: width of the encoders' and decoder's hidden layer (the paper: 128).
-    :param bias: ``False`` for bias-free networks (what the paper uses when denoising).
-    :param likelihood: ``None`` picks a Gaussian for images, with scale
-        :func:`grassy_likelihood_scale` unless ``likelihood_scale`` is set, and the negative
-        binomial for counts.
-    :param gamma: TC weight (0: no discriminator).
-    :param discriminator: ``"linear"`` (the paper's) or ``"mlp"``.
-    :param mnist_dir: folder of MNIST IDX files for the digits (``None``: library default).
-    :param data_seed: seed of the data set's construction.
-    """
-
-    dataset: str = "grassy-mnist"
-    amplitude: float = 3.0
-    background_noise: float = 0.0
-    num_target: int | None = None
-    salient_dim: int = 2
-    shared_dim: int = 2
-    hidden: int = 128
-    bias: bool = True
-    likelihood: str | None = None
-    likelihood_scale: float | None = None
-    gamma: float = 1.0
-    discriminator: str = "linear"
-    mnist_dir: str | None = None
-    data_seed: int = 0
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=128, lr=1e-3))
 
 
 def load_contrastive_data(config: ContrastiveConfig) -> dict[str, torch.Tensor]:
@@ -177,11 +138,4 @@ def demo() -> ContrastiveConfig:
     )
 
 
-RECIPE = Recipe(
-    name="contrastive",
-    config_class=ContrastiveConfig,
-    build=build,
-    demo=demo,
-    description="contrastive VAE: salient vs shared features of target and background (Abid & Zou 2019)",
-    build_model=build_untrained,
-)
+RECIPE = RECIPES["contrastive"]

