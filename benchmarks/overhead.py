@@ -24,7 +24,7 @@ With ``--replay-loss`` the ``plain`` loop and the engine record the ELBO loss on
 it (:class:`~ppl_vae.infer.ReplayedLoss`, ``TrainConfig.replay_loss``) for the models that allow
 it (not PartedVAE, whose capacities change every step).
 
-Workloads (NOTES Sec. 1-3):
+Workloads (the authors' settings):
 
 - ``decomposition``: :class:`~ppl_vae.models.decomposition.DecompositionVAE` with the 64x64
   conv networks, D = 10, isotropic prior, :class:`~ppl_vae.infer.decomposition.DecompositionELBO`
@@ -235,7 +235,7 @@ def decomposition_workload(images: torch.Tensor, batch_size: int, alpha: float =
 
 
 def parted_main_step(model: PartedVAE, objective: PartedELBO, optimizer: torch.optim.Optimizer) -> Callable:
-    r"""The hand-written PartedVAE ELBO step (paper Eq. 6, the authors' terms, NOTES Sec. 1) on
+    r"""The hand-written PartedVAE ELBO step (paper Eq. 6, the authors' terms) on
     ``x (B, 1, 64, 64)`` at training step t: Bernoulli reconstruction summed over the batch plus
     ``B * [gamma_z |KL_z - C_z(t)| + gamma_u |KL_u - C_u(t)| + gamma_H H + gamma_c KL(qhat(c) || p(c))
     + gamma_BC sum_{j<k} max(BC_jk - delta, 0)]`` with batch-averaged KLs, one categorical variable."""
@@ -317,8 +317,8 @@ def hand_written_parted_iteration(model: PartedVAE, objective: PartedELBO, sampl
 
 
 def authors_parted_iteration(model: PartedVAE, objective: PartedELBO, samplers) -> Step:
-    """The PartedVAE authors' training iteration, reproduced from its description (NOTES Sec. 1,
-    issue 5), not from their code.
+    """The PartedVAE authors' training iteration, reproduced from its description, not from
+    their code.
 
     What it reproduces: their classifier step draws its labelled batch by reshuffling and copying
     the *whole* labelled set on every iteration. Here each iteration (1) draws a fresh random

@@ -8,7 +8,7 @@ the cPCA baseline and the count-data benchmark.
     python experiments/contrastive/run.py cpca        # contrastive PCA on Grassy-MNIST and counts
     python experiments/contrastive/run.py counts      # count data: cVAE (NB) vs plain VAE vs cPCA
 
-Protocol (fixed, NOTES section 5: a plain VAE's silhouette can rise late): the paper's MLPs
+Protocol (fixed, since a plain VAE's silhouette can rise late): the paper's MLPs
 (784-128-latent), Gaussian likelihood with scale sqrt(1/2) / (1 + amplitude) (the authors'
 ``mse * 784`` in the units of our [0, 1]-normalised images, see ``grassy_likelihood_scale``), Adam
 lr 1e-3, batch 128, a fixed number of epochs over the target (``--epochs``, default 50), the

@@ -1,7 +1,7 @@
 """PartedVAE experiments (Hajimiri et al. 2021).
 
     python experiments/parted/run.py dsprites   # Factor score: unsupervised, label fractions, with/without BC
-    python experiments/parted/run.py mnist --mnist-dir /work/shared/data/mnist   # 256 labels vs the encoder alone
+    python experiments/parted/run.py mnist --mnist-dir DIR   # DIR: MNIST IDX files; 256 labels vs the encoder alone
     python experiments/parted/run.py pictures   # traversals, attribute transfer, class samples, class priors
 
 dsprites: each configuration is trained over ``--seeds`` seeds (default 5) and scored with the
@@ -194,7 +194,7 @@ def main() -> None:
                         help="label fractions of the full 737,280-image set")
     parser.add_argument("--votes", type=int, default=500,
                         help="Factor-score training votes (reduced); sizes the other metrics too")
-    parser.add_argument("--mnist-dir", default=None, help="MNIST IDX folder, e.g. /work/shared/data/mnist")
+    parser.add_argument("--mnist-dir", default=None, help="folder of MNIST IDX files (e.g. the official t10k-images-idx3-ubyte and labels)")
     parser.add_argument("--mnist-steps", type=int, default=6000)
     parser.add_argument("--mnist-seeds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)

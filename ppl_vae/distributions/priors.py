@@ -103,7 +103,7 @@ def _register_log_variances(
 def trace_normalised_variances(log_variances: Tensor, total_variance: float = 1.0) -> Tensor:
     r"""Variances ``pvs * D * softmax(logvar)``, which sum to ``D * pvs``.
 
-    This is the prior scale of the Decomposition paper's code (NOTES Sec. 3): only the
+    This is the prior scale of the Decomposition paper's code: only the
     *relative* sizes of ``log_variances`` matter, and the trace of the covariance is
     fixed to ``D * total_variance``, as for the isotropic N(0, pvs I). Keeping the trace
     fixed stops an anisotropic prior from rescaling the KL weight beta implicitly.
@@ -404,7 +404,7 @@ class ClassConditionalGaussianPrior(nn.Module):
     r"""Learnable class-conditional priors p(u | c = k) = N(u; mu_k, diag(sigma_k^2)) of PartedVAE.
 
     Means start from N(0, 1); log-variances are bounded, ``logvar = 2 tanh(w) - 1``, so
-    each std lies in ``(exp(-1.5), exp(0.5))`` = (0.22, 1.65) (NOTES Sec. 1). ``w`` starts
+    each std lies in ``(exp(-1.5), exp(0.5))`` = (0.22, 1.65), as in the PartedVAE authors' code. ``w`` starts
     at 0, the middle of that range (logvar = -1), where tanh's gradient is largest (the
     notes do not record the authors' initial value).
 

@@ -2,7 +2,7 @@ r"""The attention gate of PartedVAE's class-related encoder q(u_i | c_i, x).
 
 The gate turns a (relaxed) one-hot class ``c_i`` into a soft mask over the encoder's
 features ``h``; u_i's mean and scale are read from ``h * a_i``, so each class can attend
-to its own features (Hajimiri et al. 2021, Sec. 4.3 and Fig. 2; NOTES Sec. 1).
+to its own features (Hajimiri et al. 2021, Sec. 4.3 and Fig. 2; the authors' code).
 """
 from __future__ import annotations
 

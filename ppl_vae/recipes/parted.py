@@ -62,9 +62,9 @@ def labelled_subset(
 
 
 def mnist_config(**overrides: Any) -> PartedConfig:
-    """The authors' MNIST settings (NOTES Sec. 1): z 6, c [10], u 10, capacities [0, 7],
+    """The authors' MNIST settings: z 6, c [10], u 10, capacities [0, 7],
     gamma_z = gamma_u = gamma_c = 15, gamma_H = gamma_BC = 30, delta 0.15, 256 labels;
-    with the MLP networks of NOTES Sec. 5."""
+    with the MLP networks of the authors' MNIST code."""
     settings = dict(
         dataset="mnist", num_train=None, label_fraction=None, num_labels=256, network="mlp",
         z_dim=6, u_dim=10, z_capacity=(0.0, 7.0), u_capacity=(0.0, 7.0),
