@@ -4,6 +4,7 @@ from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, read_c
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.environment import drop_nvml_check_without_nvml
 from ppl_vae.train.fit import FitResult, fit
+from ppl_vae.train.metrics import CSVMetricsLogger, read_training_metrics
 from ppl_vae.train.module import NonFiniteLossError, SVIModule
 from ppl_vae.train.run_dir import RunDirectory, RunDirectoryExistsError, write_json_atomic
 from ppl_vae.train.sweep import plan_sweep, run_sweep
@@ -13,6 +14,7 @@ drop_nvml_check_without_nvml()  # Lightning, imported above, set it
 __all__ = [
     "AtomicCheckpointIO",
     "BatchBlocks",
+    "CSVMetricsLogger",
     "CheckpointError",
     "FitResult",
     "NonFiniteLossError",
@@ -26,5 +28,6 @@ __all__ = [
     "plan_sweep",
     "run_sweep",
     "read_checkpoint",
+    "read_training_metrics",
     "write_json_atomic",
 ]
