@@ -23,8 +23,13 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
 
 
 def positive_integer(name: str, value: Any) -> int:
-    """``value`` as an ``int`` >= 1 (:func:`integer`)."""
-    return integer(name, value, minimum=1)
+    """``value`` as an ``int`` >= 1, refused unless it is a positive integer (not a bool).
+
+    :raises ValueError: naming ``name`` and ``value``.
+    """
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def finite(name: str, value: Any, low: float | None = None, high: float | None = None, positive: bool = False) -> float:

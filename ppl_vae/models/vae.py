@@ -79,8 +79,8 @@ class VAE(PyroModule):
         data_size: int | None = None,
     ) -> None:
         super().__init__()
-        if latent_dim < 1:
-            raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
+        if isinstance(latent_dim, bool) or not isinstance(latent_dim, int) or latent_dim < 1:
+            raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
         if not beta > 0:
             raise ValueError(f"beta must be > 0, got {beta}")
         if data_size is not None and data_size < 1:
