@@ -42,39 +42,48 @@ def straight(tmp_path_factory) -> Path:
     return run_dir
 
 
-# (moment, its count, last checkpoint at the kill, last metrics row at the kill)
-KILLS = {
-    "between-checkpoints": ("iteration", 47, 40, 45),
-    "during-a-checkpoint-write": ("checkpoint-write", 2, 20, 40),
-    "during-evaluation": ("evaluation", 1, 60, 60),
-}
-
-
-@pytest.mark.parametrize("case", list(KILLS))
-def test_sigkilled_run_resumes_to_the_uninterrupted_result_with_every_row_once(case, straight, tmp_path):
-    moment, count, checkpointed, last_row = KILLS[case]
-    killed = run(str(WORKER), moment, str(count), *ARGS, "--run-dir", str(tmp_path))
+def killed_at(run_dir: Path, moment: str, count: int, *args: str) -> None:
+    """Run ``ppl-vae ARGS`` in a process that SIGKILLs itself at ``moment`` (sigkill_worker.py)."""
+    killed = run(str(WORKER), moment, str(count), *args)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == checkpointed
-    logged = read_training_metrics(tmp_path)["step"]
-    assert logged == list(range(LOG_EVERY, last_row + 1, LOG_EVERY))
-    leftovers = list((tmp_path / "checkpoints").glob(".last.ckpt.*.tmp"))
-    assert bool(leftovers) == (moment == "checkpoint-write")
+
+
+def logged_steps(run_dir: Path) -> list[int]:
+    return read_training_metrics(run_dir)["step"]
+
+
+def test_run_killed_between_checkpoints_during_a_checkpoint_write_and_during_evaluation_resumes_exactly(
+    straight, tmp_path
+):
+    """One run killed three times, each resume killed again, then resumed to the end."""
+    every_row = list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
+    temporary = tmp_path / "checkpoints"
+
+    killed_at(tmp_path, "iteration", 47, *ARGS, "--run-dir", str(tmp_path))
+    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == 40
+    assert logged_steps(tmp_path) == every_row[:9]  # 5..45: rows after the checkpoint are on disk too
+
+    killed_at(tmp_path, "checkpoint-write", 1, "train", "--resume", str(tmp_path))
+    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == 40  # the write of iteration 60 died halfway
+    assert len(list(temporary.glob(".last.ckpt.*.tmp"))) == 1
+    assert logged_steps(tmp_path) == every_row  # 45 logged once: the resume dropped it, then logged it again
+
+    killed_at(tmp_path, "evaluation", 1, "train", "--resume", str(tmp_path))
+    assert not list(temporary.glob(".*.tmp"))
+    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == STEPS
+    assert logged_steps(tmp_path) == every_row
     assert not (tmp_path / "metrics.json").exists()
 
     resumed = run("-m", "ppl_vae.cli", "train", "--resume", str(tmp_path))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert not list((tmp_path / "checkpoints").glob(".*.tmp"))
+    assert (tmp_path / "metrics.json").is_file()
     expected, found = checkpoint(straight), checkpoint(tmp_path)
-    assert expected["ppl_vae"]["iteration"] == found["ppl_vae"]["iteration"] == STEPS
     for name, value in expected["state_dict"].items():
         torch.testing.assert_close(found["state_dict"][name], value, rtol=1e-5, atol=1e-6)
     rows, expected_rows = read_training_metrics(tmp_path), read_training_metrics(straight)
-    assert rows["step"] == expected_rows["step"] == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
-    assert rows.keys() == expected_rows.keys()
+    assert rows.keys() == expected_rows.keys() and rows["step"] == expected_rows["step"] == every_row
     for name in rows:
         assert rows[name] == pytest.approx(expected_rows[name], rel=1e-5)
-    assert (tmp_path / "metrics.json").is_file()
 
 
 def test_a_write_that_dies_midway_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
