@@ -107,8 +107,8 @@ class VAE(PyroModule):
         data_size: int | None = None,
     ) -> None:
         super().__init__(name=unique_pyro_name(type(self).__name__))
-        if latent_dim < 1:
-            raise ValueError(f"latent_dim must be >= 1, got {latent_dim}")
+        if isinstance(latent_dim, bool) or not isinstance(latent_dim, int) or latent_dim < 1:
+            raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
         if data_size is not None and data_size < 1:
             raise ValueError(f"data_size must be >= 1 or None, got {data_size}")
         check_likelihood(likelihood, likelihood_scale)

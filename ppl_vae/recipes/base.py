@@ -8,6 +8,7 @@ the run too, so that :func:`ppl_vae.load_run` rebuilds the model without the dat
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,8 @@ def train_recipe(
     )
     if result.global_rank != 0:
         return {}
+    if result.already_finished and result.run_dir.metrics_path.is_file():
+        return json.loads(result.run_dir.metrics_path.read_text())  # a finished run resumed changes no file
     return _evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
 
 

@@ -13,6 +13,7 @@ from ppl_vae.train.config import TrainConfig
 _ENGINE = {
     "AtomicCheckpointIO": "checkpoint",
     "BatchBlocks": "batches",
+    "CSVMetricsLogger": "metrics",
     "CheckpointError": "checkpoint",
     "FitResult": "fit",
     "NonFiniteLossError": "module",
@@ -25,6 +26,7 @@ _ENGINE = {
     "plan_sweep": "sweep",
     "run_sweep": "sweep",
     "read_checkpoint": "checkpoint",
+    "read_training_metrics": "metrics",
     "write_json_atomic": "run_dir",
 }
 

@@ -10,6 +10,8 @@ from math import ceil
 
 import torch
 
+from ppl_vae._validation import integer, positive_integer
+
 TensorGroups = dict[str, dict[str, torch.Tensor]]
 
 
@@ -91,15 +93,13 @@ class TensorBatches:
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if num_batches < 0:
-            raise ValueError(f"num_batches must be >= 0, got {num_batches}")
         self.groups = groups
-        self.num_batches = int(num_batches)
-        self.seed = int(seed)
-        self.batch_size = int(batch_size)
-        self.requested_batch_sizes = dict(batch_sizes or {})
+        self.num_batches = integer("num_batches", num_batches, minimum=0)
+        self.seed = integer("seed", seed, minimum=0)
+        self.batch_size = positive_integer("batch_size", batch_size)
+        self.requested_batch_sizes = {
+            name: positive_integer(f"batch_sizes[{name!r}]", size) for name, size in dict(batch_sizes or {}).items()
+        }
         unknown = set(self.requested_batch_sizes) - set(groups)
         if unknown:
             raise ValueError(f"batch_sizes names unknown data groups {sorted(unknown)}")
@@ -108,9 +108,8 @@ class TensorBatches:
 
     def shard(self, rank: int, world_size: int) -> None:
         """Make this the batches of process ``rank`` out of ``world_size``."""
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        self.rank, self.world_size = int(rank), int(world_size)
+        world_size = positive_integer("world_size", world_size)
+        self.rank, self.world_size = integer("rank", rank, minimum=0, maximum=world_size - 1), world_size
         self.batch_sizes = {}
         for name, group in self.groups.items():
             size = next(iter(group.values())).shape[0]
@@ -126,9 +125,7 @@ class TensorBatches:
 
     def seek(self, iteration: int) -> None:
         """Start the next iteration over the batches at batch number ``iteration``."""
-        if not 0 <= iteration <= self.num_batches:
-            raise ValueError(f"iteration must be in [0, {self.num_batches}], got {iteration}")
-        self.start = int(iteration)
+        self.start = integer("iteration", iteration, minimum=0, maximum=self.num_batches)
 
     def batches_per_pass(self, name: str) -> int:
         """Number of batches in one pass over group ``name`` (per rank)."""
@@ -200,10 +197,8 @@ class BatchBlocks:
     """
 
     def __init__(self, batches: TensorBatches, size: int) -> None:
-        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-            raise ValueError(f"size must be a positive integer, got {size!r}")
         self.batches = batches
-        self.size = size
+        self.size = positive_integer("size", size)
 
     def __len__(self) -> int:
         return ceil(len(self.batches) / self.size)

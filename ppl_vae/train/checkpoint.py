@@ -1,7 +1,17 @@
-"""Atomic checkpoint files and clear errors for checkpoints that cannot be used."""
+"""Atomic checkpoint files, weights-only loading, and clear errors for checkpoints that cannot be used.
+
+A checkpoint holds only tensors, numbers, strings, lists, tuples and dicts (Lightning's loop
+and optimiser states, the module's ``state_dict``, and ppl_vae's own state: iteration,
+random states, logged history, model and objective class names, architecture), so that
+``torch.load(path, weights_only=True)`` reads it without unpickling arbitrary objects.
+:func:`read_checkpoint` and :func:`~ppl_vae.fit` load with ``weights_only=True`` unless
+asked otherwise.
+"""
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -53,18 +63,45 @@ class IterationCheckpoint(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
         if module.checkpoint_due:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # the full state (optimisers too)
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a checkpoint dict on the CPU, turning unreadable files into :class:`CheckpointError`."""
+def _last_line(error: Exception) -> str:
+    """The last non-empty line of an error's message (torch's messages span many lines)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
+_UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
+def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
+    """Load a checkpoint dict on the CPU, turning unreadable files into :class:`CheckpointError`.
+
+    :param path: the checkpoint file.
+    :param weights_only: load with ``torch.load(weights_only=True)``: tensors and plain data
+        only, never code. ``False`` is for trusted files written by other code or by an
+        older ppl_vae (which pickled numpy arrays): unpickling such a file can run any code
+        it holds.
+    :raises CheckpointError: for a missing, corrupt or foreign file, and for one holding
+        objects a weights-only load refuses (naming the first such object).
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except pickle.UnpicklingError as error:
+        refused = _UNSUPPORTED_GLOBAL.search(str(error))
+        if weights_only and refused:
+            raise CheckpointError(
+                f"checkpoint {path} holds objects that a weights-only load refuses ({refused.group(1)}): "
+                "it was written by an older ppl_vae or by other code; only if you trust the file, load it "
+                "with weights_only=False (read_checkpoint, fit), which can run code stored in it"
+            ) from error
+        raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {_last_line(error)}") from error
     except Exception as error:  # torch raises many types for a corrupt file
-        raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {error}") from error
+        raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {_last_line(error)}") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} is not a ppl_vae/Lightning checkpoint")
     return checkpoint

@@ -5,7 +5,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ppl_vae._validation import boolean, finite, integer, positive_integer
+
 PRECISIONS = ("32-true", "bf16-mixed")
+LOGGERS = ("csv", "tensorboard")
 
 
 @dataclass
@@ -51,6 +54,11 @@ class TrainConfig:
         with ``validate``, ``"bf16-mixed"`` and more than one process.
     :param progress_bar: Lightning's progress bar.
     :param batch_sizes: per data-group batch sizes, e.g. ``{"labelled": 64}``.
+    :param loggers: where the per-term losses of a run with a run directory go, any of
+        ``"csv"`` (``metrics.csv``, one row per logging interval, on disk as soon as it is
+        logged; :func:`~ppl_vae.train.read_training_metrics` reads it) and ``"tensorboard"``
+        (event files in ``tensorboard/``; needs the ``tensorboard`` package, the
+        ``ppl_vae[tensorboard]`` extra).
     """
 
     steps: int = 1000
@@ -71,25 +79,32 @@ class TrainConfig:
     replay_loss: bool = False
     progress_bar: bool = True
     batch_sizes: dict[str, int] = field(default_factory=dict)
+    loggers: tuple[str, ...] = ("csv",)
 
     def __post_init__(self) -> None:
-        positive = {
-            "steps": self.steps,
-            "batch_size": self.batch_size,
-            "devices": self.devices,
-            "num_nodes": self.num_nodes,
-            "log_every_n_steps": self.log_every_n_steps,
-            "checkpoint_every_n_steps": self.checkpoint_every_n_steps,
-            "iterations_per_training_step": self.iterations_per_training_step,
-        }
-        for name, value in positive.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        self.betas = tuple(float(b) for b in self.betas)
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
+        for name in ("steps", "batch_size", "devices", "num_nodes", "log_every_n_steps",
+                     "checkpoint_every_n_steps", "iterations_per_training_step"):
+            setattr(self, name, positive_integer(name, getattr(self, name)))
+        self.seed = integer("seed", self.seed, minimum=0, maximum=2**32 - 1)
+        self.lr = finite("lr", self.lr, positive=True)
+        if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        self.betas = tuple(finite("betas", b, low=0.0, high=1.0) for b in self.betas)
+        for name in ("data_on_device", "validate", "replay_loss", "progress_bar"):
+            boolean(name, getattr(self, name))
+        if not isinstance(self.batch_sizes, dict):
+            raise ValueError(f"batch_sizes must be a dict of group -> batch size, got {self.batch_sizes!r}")
+        for group, size in self.batch_sizes.items():
+            positive_integer(f"batch_sizes[{group!r}]", size)
+        if isinstance(self.loggers, str):
+            raise ValueError(f"loggers must be a list of names from {LOGGERS}, got the string {self.loggers!r}")
+        self.loggers = tuple(self.loggers)
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown or len(set(self.loggers)) != len(self.loggers):
+            raise ValueError(f"loggers must be distinct names from {LOGGERS}, got {list(self.loggers)}")
+        for name in ("device", "strategy"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
         if self.precision not in PRECISIONS:

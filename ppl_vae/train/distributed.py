@@ -2,21 +2,34 @@
 
 The batch-level terms of objectives are gathered by :mod:`ppl_vae.infer.distributed`;
 this module holds the engine's side: the DDP strategy, the rank of a process before the
-process group exists, per-process random seeds and the reduction of logged values.
+process group exists, the agreement of all processes on whether their setup succeeded,
+per-process random seeds and the reduction of logged values.
 """
 from __future__ import annotations
 
 import os
+import pickle
+from typing import Any
 
+import lightning as L
 import numpy as np
 import pyro
 import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
+from ppl_vae._validation import integer, positive_integer
 from ppl_vae.infer.distributed import process_rank, world_size
 
-__all__ = ["launch_rank", "mean_over_processes", "process_seed", "seed_process", "training_strategy"]
+__all__ = [
+    "SetupAgreement",
+    "launch_rank",
+    "launched_by_a_launcher",
+    "mean_over_processes",
+    "process_seed",
+    "seed_process",
+    "training_strategy",
+]
 
 _DDP_START_METHODS = {"ddp": "popen", "ddp_spawn": "spawn", "ddp_fork": "fork", "ddp_notebook": "fork"}
 
@@ -36,6 +49,7 @@ def training_strategy(strategy: str, num_processes: int) -> str | Strategy:
 
     :raises ValueError: for a spawning strategy.
     """
+    positive_integer("num_processes", num_processes)
     if strategy in ("ddp_spawn", "ddp_fork", "ddp_notebook"):
         raise ValueError(
             f"strategy={strategy!r} trains in worker processes whose results do not come back; "
@@ -59,9 +73,64 @@ def launch_rank(devices: int) -> int:
     return 0
 
 
+def launched_by_a_launcher() -> bool:
+    """Whether a launcher started this process as one of several (torchrun, srun, Lightning's
+    re-launch of the script, a test's worker processes: the environment :func:`launch_rank`
+    reads is set). Otherwise this process is alone until Lightning launches the others."""
+    return (
+        any(name in os.environ for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+        or int(os.environ.get("SLURM_NTASKS", 1)) > 1
+    )
+
+
+class SetupAgreement(L.Callback):
+    """Makes every process fail together when the setup of one failed.
+
+    :func:`~ppl_vae.fit` prepares the run on each process before the process group exists
+    (only rank 0 prepares the run directory; data may differ per process). A process whose
+    setup failed still enters training with this callback holding its error; in the first
+    hook after the process group exists (``setup``) every process sends the others whether it
+    failed, and if one did, every process raises the error of the lowest failing rank: the
+    same exception type and message everywhere, within the time it takes the processes to
+    start, instead of the others waiting for the failed one until the process group's timeout.
+
+    :param failure: this process's setup error, or ``None``.
+    """
+
+    def __init__(self, failure: BaseException | None = None) -> None:
+        self.failure = failure
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            if self.failure is not None:
+                raise self.failure
+            return
+        failures: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(failures, _sendable(self.failure))
+        failed = [rank for rank, failure in enumerate(failures) if failure is not None]
+        if not failed:
+            return
+        if failed[0] == dist.get_rank():
+            raise self.failure
+        raise failures[failed[0]]
+
+
+def _sendable(error: BaseException | None) -> BaseException | None:
+    """``error``, or a ``RuntimeError`` with its message where it cannot be pickled."""
+    if error is None:
+        return None
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
+
+
 def process_seed(seed: int, rank: int) -> int:
     """A 32-bit seed for process ``rank`` of a run seeded with ``seed``, distinct per rank
     (``numpy.random.SeedSequence([seed, rank])``)."""
+    integer("seed", seed, minimum=0)
+    integer("rank", rank, minimum=0)
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
 
 

@@ -1,9 +1,12 @@
 """``fit``: one training path for every model/objective pair, on CPU or GPU."""
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,22 +14,24 @@ from typing import Any
 import lightning as L
 import pyro
 import torch
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from torch import nn
 
+from ppl_vae._validation import boolean
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
 from ppl_vae.train.config import TrainConfig
-from ppl_vae.train.distributed import launch_rank, training_strategy
+from ppl_vae.train.distributed import SetupAgreement, launch_rank, launched_by_a_launcher, training_strategy
+from ppl_vae.train.metrics import CSVMetricsLogger, write_metrics_table
 from ppl_vae.train.module import SVIModule, architecture
 from ppl_vae.train.run_dir import RunDirectory
 
 _LIGHTNING_NOISE = (
     ".*`training_step` returns `None`.*",
     ".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*",
-    ".*Experiment logs directory .* exists and is not empty.*",
     ".*`weights_only` was not set.*",
 )
+_LIGHTNING_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
 
 
 @dataclass
@@ -39,6 +44,9 @@ class FitResult:
     :param run_dir: the run directory, when one was written.
     :param global_rank: this process's rank under data parallelism (0 on one process):
         every process returns, only rank 0 should evaluate and write results.
+    :param already_finished: ``resume=True`` found the run finished (its checkpoint holds
+        ``steps`` iterations): the model was loaded from the checkpoint, and nothing was
+        trained or written.
     """
 
     model: nn.Module
@@ -46,6 +54,7 @@ class FitResult:
     steps: int
     run_dir: RunDirectory | None = None
     global_rank: int = 0
+    already_finished: bool = False
 
 
 def _accelerator(device: str) -> str:
@@ -78,8 +87,26 @@ def _warn_if_bf16_is_slow(config: TrainConfig) -> None:
         )
 
 
-def _check_resumable(checkpoint_path: Path, module: SVIModule) -> None:
-    checkpoint = read_checkpoint(checkpoint_path)
+class _DropLightningTips(logging.Filter):
+    """Drops Lightning's advertisements ("Tip: ... try installing litlogger ...") that it logs
+    at INFO level whenever a Trainer is made without its cloud logger (Lightning offers no
+    setting to turn them off)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.msg)
+
+
+@contextmanager
+def _without_lightning_tips() -> Iterator[None]:
+    tips = _DropLightningTips()
+    _LIGHTNING_LOG.addFilter(tips)
+    try:
+        yield
+    finally:
+        _LIGHTNING_LOG.removeFilter(tips)
+
+
+def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
     state = checkpoint.get("ppl_vae")
     if state is None:
         raise CheckpointError(f"checkpoint {checkpoint_path} was not written by ppl_vae")
@@ -97,6 +124,140 @@ def _check_resumable(checkpoint_path: Path, module: SVIModule) -> None:
             f"checkpoint {checkpoint_path} was written by a model of another configuration: "
             f"parameters that differ: {differing[:6]}"
         )
+    iteration = state.get("iteration")
+    if not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} holds iteration {iteration!r}, not one of the "
+            f"{module.batches.num_batches} steps of this run: resume with the run's own steps"
+        )
+
+
+def _configured(config: TrainConfig | None, overrides: Mapping[str, Any]) -> TrainConfig:
+    config = TrainConfig() if config is None else config
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig or None, got {type(config).__name__}")
+    if overrides:
+        unknown = set(overrides) - set(TrainConfig.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"unknown training settings {sorted(unknown)}")
+        config = TrainConfig(**{**config.to_dict(), **overrides})
+    if "tensorboard" in config.loggers and not any(
+        importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")
+    ):
+        raise ValueError(
+            "loggers includes 'tensorboard' but the tensorboard package is not installed: "
+            "pip install 'ppl_vae[tensorboard]'"
+        )
+    return config
+
+
+@dataclass
+class _Setup:
+    """What :func:`fit` prepared on this process before training: the training module, the run
+    directory and the checkpoint resumed from (``None`` for a new run)."""
+
+    module: L.LightningModule
+    run: RunDirectory | None = None
+    checkpoint: dict[str, Any] | None = None
+
+    @property
+    def resumed_iteration(self) -> int | None:
+        return None if self.checkpoint is None else int(self.checkpoint["ppl_vae"]["iteration"])
+
+
+class _SetupFailed(L.LightningModule):
+    """Stands in for the training module on a process whose setup failed, so that it meets the
+    other processes in :class:`~ppl_vae.train.distributed.SetupAgreement`, which raises first."""
+
+    def training_step(self, *args: Any) -> None:
+        raise RuntimeError("a process whose setup failed cannot train")
+
+    def configure_optimizers(self) -> None:
+        return None
+
+
+def _set_up(
+    model: nn.Module,
+    objective: Any,
+    data: Mapping[str, Any],
+    config: TrainConfig,
+    run_dir: str | os.PathLike | None,
+    resume: bool,
+    overwrite: bool,
+    extra_config: Mapping[str, Any] | None,
+    weights_only: bool,
+    rank: int,
+) -> _Setup:
+    """Check the inputs, build the training module, read the checkpoint resumed from, and (on
+    rank 0) prepare the run directory; raises on the first problem."""
+    for name in ("model", "guide"):
+        if not callable(getattr(model, name, None)):
+            raise TypeError(f"model must have a callable {name}() method; got {type(model).__name__}")
+    if not hasattr(objective, "differentiable_loss"):
+        raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
+    if resume and run_dir is None:
+        raise ValueError("resume=True needs the run_dir to resume from")
+    batches = TensorBatches(
+        as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes
+    )
+    module = SVIModule(model, objective, config, batches)
+    if run_dir is None:
+        return _Setup(module)
+    run = RunDirectory(run_dir, overwrite=overwrite or rank > 0, resume=resume)
+    checkpoint = None
+    if resume:
+        checkpoint = read_checkpoint(run.last_checkpoint, weights_only=weights_only)
+        _check_resumable(checkpoint, run.last_checkpoint, module)
+    if rank == 0:
+        _prepare_run_directory(run, config, checkpoint, extra_config)
+    return _Setup(module, run, checkpoint)
+
+
+def _prepare_run_directory(
+    run: RunDirectory, config: TrainConfig, checkpoint: Mapping[str, Any] | None, extra_config: Mapping[str, Any] | None
+) -> None:
+    """Remove what a killed process left; for a new run, the earlier run's checkpoints and
+    TensorBoard events, then write ``config.json``; make ``metrics.csv`` hold the rows of the
+    checkpoint resumed from (none for a new run). A finished run resumed is left as it is."""
+    run.remove_temporary_files()
+    history: list[dict[str, float]] = []
+    if checkpoint is None:
+        for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
+            stale.unlink()
+        run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
+    else:
+        history = list(checkpoint["ppl_vae"]["history"])
+    write_metrics_table(run.metrics_csv, history if "csv" in config.loggers else [])
+
+
+def _loggers(config: TrainConfig, setup: _Setup) -> list[Logger]:
+    """The run's loggers (on every process; they write on rank 0 only). TensorBoard hides the
+    events a killed run logged after the checkpoint resumed from (``purge_step``)."""
+    if setup.run is None:
+        return []
+    loggers: list[Logger] = []
+    history = setup.checkpoint["ppl_vae"]["history"] if setup.checkpoint is not None else []
+    if "csv" in config.loggers:
+        loggers.append(CSVMetricsLogger(setup.run.metrics_csv, history))
+    if "tensorboard" in config.loggers:
+        resumed = setup.resumed_iteration
+        purge = {"purge_step": resumed + 1} if resumed is not None else {}
+        loggers.append(
+            TensorBoardLogger(setup.run.path, name=setup.run.tensorboard.name, version="", default_hp_metric=False, **purge)
+        )
+    return loggers
+
+
+def _finished(setup: _Setup, model: nn.Module, rank: int) -> FitResult:
+    """The result of resuming a finished run: the checkpoint's model and history, nothing written."""
+    module = setup.module
+    module.load_state_dict(setup.checkpoint["state_dict"])
+    module.on_load_checkpoint(setup.checkpoint)
+    model.cpu()
+    return FitResult(
+        model=model, history=module.history, steps=module.iteration, run_dir=setup.run, global_rank=rank,
+        already_finished=True,
+    )
 
 
 def fit(
@@ -109,6 +270,7 @@ def fit(
     overwrite: bool = False,
     extra_config: Mapping[str, Any] | None = None,
     callbacks: Sequence[L.Callback] = (),
+    weights_only: bool = True,
     **overrides: Any,
 ) -> FitResult:
     """Train ``model`` on ``objective`` by SVI with Lightning.
@@ -124,17 +286,27 @@ def fit(
     :param config: :class:`TrainConfig`; keyword ``overrides`` replace its fields.
     :param run_dir: where config, checkpoints and metrics go; ``None`` trains in memory.
     :param resume: continue the run in ``run_dir`` from ``checkpoints/last.ckpt`` with its
-        optimiser state, step count, batch order and random state.
+        optimiser state, step count, batch order and random state. ``metrics.csv`` is made to
+        hold the checkpoint's rows (rows logged after it by a killed run are dropped, and
+        logged again as training repeats those iterations). A finished run is left as it is:
+        its trained model is returned with ``already_finished=True``.
     :param overwrite: allow ``run_dir`` to hold an earlier run.
     :param extra_config: more settings to save in ``config.json`` (model, data).
     :param callbacks: extra Lightning callbacks.
+    :param weights_only: load the checkpoint resumed from with
+        ``torch.load(weights_only=True)`` (tensors and plain data, never code). ``False``
+        resumes from a trusted checkpoint of an older ppl_vae, which pickled numpy arrays;
+        unpickling can run any code the file holds.
 
     Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see
     :func:`~ppl_vae.train.distributed.training_strategy`) trains one process per device,
     each on its own rows of every global batch of ``devices * num_nodes * batch_size``
     rows. Lightning re-launches the calling script for the other processes, or a launcher
     (torchrun, srun) starts them all; each runs ``fit``. Only rank 0 prepares ``run_dir``
-    and writes checkpoints; :attr:`FitResult.global_rank` tells the others apart.
+    and writes checkpoints; :attr:`FitResult.global_rank` tells the others apart. When the
+    setup of one process fails (a run directory that exists, data it cannot use), every
+    process raises that error as soon as they all have started
+    (:class:`~ppl_vae.train.distributed.SetupAgreement`).
 
     The torch optimisers own ``model.parameters()`` (and the parameters of the
     objective's auxiliary steps); Pyro's parameter store is never read for training, so
@@ -142,62 +314,49 @@ def fit(
     ``pyro.settings`` (e.g. ``module_local_params``) are left as the user set them.
     Models keep their networks and priors as plain ``nn.Module`` s for that reason.
     """
-    config = config or TrainConfig()
-    if overrides:
-        unknown = set(overrides) - set(TrainConfig.__dataclass_fields__)
-        if unknown:
-            raise TypeError(f"unknown training settings {sorted(unknown)}")
-        config = TrainConfig(**{**config.to_dict(), **overrides})
-    for name in ("model", "guide"):
-        if not callable(getattr(model, name, None)):
-            raise TypeError(f"model must have a callable {name}() method; got {type(model).__name__}")
-    if not hasattr(objective, "differentiable_loss"):
-        raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
+    for name, flag in (("resume", resume), ("overwrite", overwrite), ("weights_only", weights_only)):
+        boolean(name, flag)
+    config = _configured(config, overrides)
     _warn_if_bf16_is_slow(config)
     L.seed_everything(config.seed, workers=False, verbose=False)
-    batches = TensorBatches(
-        as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes
-    )
-    module = SVIModule(model, objective, config, batches)
-
     num_processes = config.devices * config.num_nodes
     rank = launch_rank(config.devices)
-    run = None
-    if run_dir is not None and rank > 0:
-        run = RunDirectory(run_dir, overwrite=True, resume=resume)
-    elif run_dir is not None:
-        run = RunDirectory(run_dir, overwrite=overwrite, resume=resume)
-        if resume:
-            _check_resumable(run.last_checkpoint, module)
-        else:
-            for stale in run.checkpoints.glob("*.ckpt"):
-                stale.unlink()
-        run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
-    elif resume:
-        raise ValueError("resume=True needs the run_dir to resume from")
+    failure = None
+    try:
+        setup = _set_up(model, objective, data, config, run_dir, resume, overwrite, extra_config, weights_only, rank)
+    except Exception as error:
+        if num_processes == 1 or not launched_by_a_launcher():
+            raise
+        setup, failure = _Setup(_SetupFailed()), error
+    if setup.resumed_iteration == config.steps:
+        return _finished(setup, model, rank)
 
     callbacks = list(callbacks)
-    if run is not None:
-        callbacks.append(IterationCheckpoint(run.last_checkpoint))
-    trainer = L.Trainer(
-        accelerator=_accelerator(config.device),
-        devices=config.devices,
-        num_nodes=config.num_nodes,
-        strategy=training_strategy(config.strategy, num_processes),
-        max_epochs=1,
-        max_steps=-1,
-        precision=config.precision,
-        logger=CSVLogger(run.path, name="", version="") if run is not None else False,
-        callbacks=callbacks,
-        enable_checkpointing=False,
-        plugins=[AtomicCheckpointIO()],
-        enable_progress_bar=config.progress_bar,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        use_distributed_sampler=False,
-        default_root_dir=str(run.path) if run is not None else None,
-        log_every_n_steps=min(config.log_every_n_steps, config.steps),
-    )
+    if num_processes > 1:
+        callbacks.insert(0, SetupAgreement(failure))
+    if setup.run is not None:
+        callbacks.append(IterationCheckpoint(setup.run.last_checkpoint))
+    with _without_lightning_tips():
+        trainer = L.Trainer(
+            accelerator=_accelerator(config.device),
+            devices=config.devices,
+            num_nodes=config.num_nodes,
+            strategy=training_strategy(config.strategy, num_processes),
+            max_epochs=1,
+            max_steps=-1,
+            precision=config.precision,
+            logger=_loggers(config, setup) or False,
+            callbacks=callbacks,
+            enable_checkpointing=False,
+            plugins=[AtomicCheckpointIO()],
+            enable_progress_bar=config.progress_bar,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            use_distributed_sampler=False,
+            default_root_dir=str(setup.run.path) if setup.run is not None else None,
+            log_every_n_steps=min(config.log_every_n_steps, config.steps),
+        )
+    module = setup.module
     with pyro.validation_enabled(config.validate):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -205,13 +364,13 @@ def fit(
                 warnings.filterwarnings("ignore", message=noise)
             trainer.fit(
                 module,
-                train_dataloaders=BatchBlocks(batches, config.iterations_per_training_step),
-                ckpt_path=str(run.last_checkpoint) if resume else None,
-                weights_only=False,
+                train_dataloaders=BatchBlocks(module.batches, config.iterations_per_training_step) if failure is None else [],
+                ckpt_path=str(setup.run.last_checkpoint) if setup.checkpoint is not None else None,
+                weights_only=weights_only,
             )
-        if run is not None:
-            trainer.save_checkpoint(run.last_checkpoint)
+        if setup.run is not None:
+            trainer.save_checkpoint(setup.run.last_checkpoint, weights_only=False)
     model.cpu()
     return FitResult(
-        model=model, history=module.history, steps=module.iteration, run_dir=run, global_rank=trainer.global_rank
+        model=model, history=module.history, steps=module.iteration, run_dir=setup.run, global_rank=trainer.global_rank
     )

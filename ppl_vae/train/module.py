@@ -55,9 +55,12 @@ def step_hook_overrides(trainer: L.Trainer, module: L.LightningModule) -> list[s
 
 
 def _rng_state() -> dict[str, Any]:
+    """The random states, as tensors and plain data (a weights-only checkpoint holds them)."""
+    numpy_state = np.random.get_state(legacy=False)
+    key = torch.from_numpy(numpy_state["state"]["key"].astype(np.int64))
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        "numpy": {**numpy_state, "state": {**numpy_state["state"], "key": key}},
         "python": random.getstate(),
     }
     if torch.cuda.is_available():
@@ -66,8 +69,13 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`_rng_state`'s states (numpy's also in the tuple form of older checkpoints)."""
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        key = numpy_state["state"]["key"].numpy().astype(np.uint32)
+        numpy_state = {**numpy_state, "state": {**numpy_state["state"], "key": key}}
+    np.random.set_state(numpy_state)
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -306,8 +314,8 @@ class SVIModule(L.LightningModule):
         self._logged = []
         record["step"] = self.iteration
         self.history.append(record)
-        if self.logger is not None:
-            self.logger.log_metrics({k: v for k, v in record.items() if k != "step"}, step=self.iteration)
+        for logger in self.loggers:
+            logger.log_metrics({k: v for k, v in record.items() if k != "step"}, step=self.iteration)
         self.log("loss", record.get("elbo_loss", float("nan")), prog_bar=True, logger=False)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:

@@ -4,9 +4,14 @@ Layout::
 
     RUN_DIR/config.json          settings, library/torch/pyro versions, start time
     RUN_DIR/checkpoints/last.ckpt
-    RUN_DIR/metrics.csv          per-term losses every ``log_every_n_steps``
+    RUN_DIR/metrics.csv          per-term losses every ``log_every_n_steps`` (ppl_vae.train.metrics)
+    RUN_DIR/tensorboard/         the same as TensorBoard events, with ``loggers=("csv", "tensorboard")``
     RUN_DIR/metrics.json         final evaluation figures
     RUN_DIR/pictures/*.png       reconstructions, samples, traversals
+
+Every file but ``metrics.csv`` (appended row by row) and the TensorBoard events is written
+whole to a temporary ``.NAME.*.tmp`` file beside it and renamed over it; a process killed
+mid-write leaves such a temporary file, which the next run in the folder removes.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import pyro
 import torch
 
 import ppl_vae
+from ppl_vae._validation import boolean
 
 
 class RunDirectoryExistsError(FileExistsError):
@@ -34,10 +40,17 @@ def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True, default=str)
-        handle.write("\n")
-    os.replace(tmp, path)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0o600 would hide the file from other users
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def versions() -> dict[str, str]:
@@ -61,6 +74,8 @@ class RunDirectory:
     """
 
     def __init__(self, path: str | os.PathLike, overwrite: bool = False, resume: bool = False) -> None:
+        boolean("overwrite", overwrite)
+        boolean("resume", resume)
         self.path = Path(path)
         if resume:
             if not self.last_checkpoint.is_file():
@@ -86,6 +101,26 @@ class RunDirectory:
     @property
     def last_checkpoint(self) -> Path:
         return self.checkpoints / "last.ckpt"
+
+    @property
+    def metrics_csv(self) -> Path:
+        """The per-term losses logged during training (:mod:`ppl_vae.train.metrics`)."""
+        return self.path / "metrics.csv"
+
+    @property
+    def tensorboard(self) -> Path:
+        """The folder of TensorBoard event files."""
+        return self.path / "tensorboard"
+
+    def remove_temporary_files(self) -> list[Path]:
+        """Remove the temporary files (``.NAME.*.tmp``) that a process killed while writing a
+        checkpoint, ``config.json``, ``metrics.json`` or ``metrics.csv`` left; returns them."""
+        written = (self.config_path, self.metrics_path, self.metrics_csv)
+        stale = [*self.checkpoints.glob(".*.ckpt.*.tmp")]
+        stale += [tmp for path in written for tmp in self.path.glob(f".{path.name}.*.tmp")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return stale
 
     @property
     def pictures(self) -> Path:

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 import torch
 
+from ppl_vae._validation import integer, positive_integer
 from ppl_vae.train.run_dir import write_json_atomic
 
 __all__ = ["SweepJob", "flatten_metrics", "format_summary", "plan_sweep", "run_sweep", "summarise", "visible_gpus"]
@@ -93,6 +94,9 @@ def plan_sweep(
     """
     if not seeds:
         raise ValueError("seeds must name at least one seed, got none")
+    seeds = [integer(f"seeds[{i}]", seed, minimum=0, maximum=2**32 - 1) for i, seed in enumerate(seeds)]
+    if threads is not None:
+        positive_integer("threads", threads)
     for key, values in grid.items():
         if not values:
             raise ValueError(f"grid setting {key!r} has no values")
@@ -181,8 +185,7 @@ def run_sweep(jobs: list[SweepJob], out: str | os.PathLike, parallel: int = 1, s
     :returns: ``{"runs": [row, ...], "summary": [...]}``, as written to ``sweep.json``.
     :raises ValueError: for ``parallel`` < 1.
     """
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise ValueError(f"parallel must be a positive integer, got {parallel!r}")
+    positive_integer("parallel", parallel)
     out = Path(out)
     free = _slots(parallel)
     waiting = list(jobs)

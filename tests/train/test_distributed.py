@@ -272,7 +272,7 @@ def test_two_process_training_keeps_model_and_discriminator_in_sync_and_writes_o
     before = ranks[0]["discriminator_before"]
     assert before and all(not torch.equal(ranks[0]["discriminator"][n], v) for n, v in before.items())
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]
-    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert isinstance(saved["ppl_vae"]["rng"], list) and len(saved["ppl_vae"]["rng"]) == WORLD
 
 
@@ -368,3 +368,33 @@ def test_two_process_run_interrupted_mid_training_resumes_to_the_uninterrupted_r
         for part in ("model", "discriminator"):
             for name, value in straight[part].items():
                 torch.testing.assert_close(resumed[part][name], value, rtol=0, atol=0)
+
+
+def _failing_setup_worker(rank: int, port: int, run_dir: str, bad_rank: int | None) -> None:
+    """Two processes start a run; rank 0 finds an earlier run in ``run_dir`` (``bad_rank=None``),
+    or process ``bad_rank`` gets data with a NaN. Each writes the error it raised."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), NODE_RANK="0",
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from ppl_vae import fit
+
+    model, objective, _ = vae_case()
+    data = {"x": global_data()["x"].clone()}
+    if rank == bad_rank:
+        data["x"][3, 1] = float("nan")
+    try:
+        fit(model, objective, data, steps=4, batch_size=4, progress_bar=False, devices=WORLD, strategy="ddp",
+            run_dir=run_dir)
+    except Exception as error:
+        (Path(run_dir) / f"error{rank}.txt").write_text(f"{type(error).__name__}: {error}")
+
+
+@pytest.mark.parametrize("bad_rank, expected", [(None, "already holds a run"), (1, "NaN")])
+def test_a_setup_error_on_one_process_reaches_every_process_with_the_same_message(bad_rank, expected, tmp_path):
+    if bad_rank is None:
+        (tmp_path / "config.json").write_text("{}")
+    _run_two_processes(_failing_setup_worker, _free_port(), str(tmp_path), bad_rank, timeout=120)
+    messages = [(tmp_path / f"error{rank}.txt").read_text() for rank in range(WORLD)]
+    assert messages[0] == messages[1]
+    assert expected in messages[0] and "\n" not in messages[0]
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()

@@ -153,7 +153,7 @@ def test_run_directory_holds_config_checkpoint_and_metrics(data, tmp_path):
     assert '"torch"' in config and '"note"' in config and '"steps": 10' in config
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
     lines = (tmp_path / "metrics.csv").read_text().splitlines()
-    assert lines[0].startswith("elbo_loss") and len(lines) == 3
+    assert lines[0] == "step,elbo_loss" and len(lines) == 3
 
 
 class AuxiliaryObjective(TraceMeanField_ELBO):

@@ -1,58 +1,89 @@
-"""A run killed with SIGKILL resumes from its last checkpoint and ends where an
-uninterrupted run ends; checkpoint writes are atomic."""
+"""A run killed with SIGKILL (between checkpoints, while writing a checkpoint, while evaluating)
+resumes from its last checkpoint and ends where an uninterrupted run ends, with every row of
+metrics.csv exactly once; what a killed write leaves is removed; checkpoint writes are atomic;
+every checkpoint loads weights-only."""
 import os
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 import torch
 
-from ppl_vae.train import AtomicCheckpointIO, read_checkpoint
+from ppl_vae.train import AtomicCheckpointIO, read_checkpoint, read_training_metrics
 
+STEPS, CHECKPOINT_EVERY, LOG_EVERY = 60, 20, 5
 ARGS = [
-    "train", "vae", "--no-progress", "--steps", "1500", "--batch-size", "32",
-    "--set", "dataset=pinwheel", "--set", "latent_dim=2", "--set", "hidden=32", "--set", "num_train=null",
-    "--set", "train.checkpoint_every_n_steps=100", "--set", "train.log_every_n_steps=100",
+    "train", "vae", "--no-progress", "--steps", str(STEPS), "--batch-size", "32",
+    "--set", "dataset=pinwheel", "--set", "latent_dim=2", "--set", "hidden=16", "--set", "num_train=256",
+    "--set", f"train.checkpoint_every_n_steps={CHECKPOINT_EVERY}", "--set", f"train.log_every_n_steps={LOG_EVERY}",
 ]
+WORKER = Path(__file__).with_name("sigkill_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, **kwargs) -> subprocess.Popen:
-    env = dict(os.environ, PPL_VAE_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "ppl_vae.cli", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+def run(*command: str) -> subprocess.CompletedProcess:
+    """``python COMMAND`` importing this checkout's ppl_vae."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PPL_VAE_NUM_THREADS="1", PYTHONPATH=path)
+    return subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=300)
 
 
-def iteration_of(path) -> int:
-    try:
-        return int(read_checkpoint(path)["ppl_vae"]["iteration"])
-    except Exception:
-        return -1
+def checkpoint(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
 
 
-def test_sigkilled_run_resumes_to_the_uninterrupted_result(tmp_path):
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    assert cli(*ARGS, "--run-dir", str(straight)).wait(timeout=300) == 0
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("straight")
+    done = run("-m", "ppl_vae.cli", *ARGS, "--run-dir", str(run_dir), "--overwrite")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
 
-    process = cli(*ARGS, "--run-dir", str(killed))
-    checkpoint = killed / "checkpoints" / "last.ckpt"
-    deadline = time.time() + 240
-    while iteration_of(checkpoint) < 300 and time.time() < deadline and process.poll() is None:
-        time.sleep(0.05)
-    assert process.poll() is None, "the run ended before it could be killed; raise --steps"
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    interrupted_at = iteration_of(checkpoint)
-    assert 300 <= interrupted_at < 1500
 
-    resumed = cli("train", "--resume", str(killed))
-    output = resumed.communicate(timeout=300)[0].decode()
-    assert resumed.returncode == 0, output
-    a = read_checkpoint(straight / "checkpoints" / "last.ckpt")
-    b = read_checkpoint(checkpoint)
-    assert a["ppl_vae"]["iteration"] == b["ppl_vae"]["iteration"] == 1500
-    for name, value in a["state_dict"].items():
-        torch.testing.assert_close(value, b["state_dict"][name], rtol=1e-5, atol=1e-6)
+def killed_at(run_dir: Path, moment: str, count: int, *args: str) -> None:
+    """Run ``ppl-vae ARGS`` in a process that SIGKILLs itself at ``moment`` (sigkill_worker.py)."""
+    killed = run(str(WORKER), moment, str(count), *args)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+
+
+def logged_steps(run_dir: Path) -> list[int]:
+    return read_training_metrics(run_dir)["step"]
+
+
+def test_run_killed_between_checkpoints_during_a_checkpoint_write_and_during_evaluation_resumes_exactly(
+    straight, tmp_path
+):
+    """One run killed three times, each resume killed again, then resumed to the end."""
+    every_row = list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
+    temporary = tmp_path / "checkpoints"
+
+    killed_at(tmp_path, "iteration", 47, *ARGS, "--run-dir", str(tmp_path))
+    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == 40
+    assert logged_steps(tmp_path) == every_row[:9]  # 5..45: rows after the checkpoint are on disk too
+
+    killed_at(tmp_path, "checkpoint-write", 1, "train", "--resume", str(tmp_path))
+    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == 40  # the write of iteration 60 died halfway
+    assert len(list(temporary.glob(".last.ckpt.*.tmp"))) == 1
+    assert logged_steps(tmp_path) == every_row  # 45 logged once: the resume dropped it, then logged it again
+
+    killed_at(tmp_path, "evaluation", 1, "train", "--resume", str(tmp_path))
+    assert not list(temporary.glob(".*.tmp"))
+    assert checkpoint(tmp_path)["ppl_vae"]["iteration"] == STEPS
+    assert logged_steps(tmp_path) == every_row
+    assert not (tmp_path / "metrics.json").exists()
+
+    resumed = run("-m", "ppl_vae.cli", "train", "--resume", str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (tmp_path / "metrics.json").is_file()
+    expected, found = checkpoint(straight), checkpoint(tmp_path)
+    for name, value in expected["state_dict"].items():
+        torch.testing.assert_close(found["state_dict"][name], value, rtol=1e-5, atol=1e-6)
+    rows, expected_rows = read_training_metrics(tmp_path), read_training_metrics(straight)
+    assert rows.keys() == expected_rows.keys() and rows["step"] == expected_rows["step"] == every_row
+    for name in rows:
+        assert rows[name] == pytest.approx(expected_rows[name], rel=1e-5)
 
 
 def test_a_write_that_dies_midway_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):

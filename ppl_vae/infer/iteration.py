@@ -1,0 +1,121 @@
+r"""One training iteration: the objective's auxiliary steps around the ELBO step.
+
+An objective may declare optimisation steps besides the ELBO's (PartedVAE's semi-supervised
+classifier step before it, the contrastive VAE's discriminator step after it;
+:mod:`ppl_vae.infer.steps`). Each has its own loss, parameters and optimiser, and the parameter
+sets overlap (the classifier step updates the encoder that the ELBO step updates too). A plain
+loop that takes them one after another with ``pyro.infer.SVI`` leaks gradients: SVI zeroes only
+the gradients of the parameters it registered, after its own step, so a classifier step's
+gradients on the encoder are still there when SVI's backward adds to them.
+
+:class:`TrainingIteration` takes the steps in order, each as: clear the gradients of every
+parameter any step trains, compute the step's loss, backpropagate, step its optimiser. No step
+sees another's gradients. The engine (:func:`ppl_vae.fit`) takes the same iteration through
+Lightning; a notebook or a benchmark calls it directly::
+
+    iteration = TrainingIteration(model, PartedELBO(), lr=5e-4)
+    for step in range(steps):
+        set_training_step(step)
+        losses = iteration({"x": x[batch], "labelled": {"x": xl[pick], "y": yl[pick]}})
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_steps, objective_terms
+
+__all__ = ["Batch", "TrainingIteration", "step_inputs"]
+
+#: A training batch: tensors the ELBO step takes by name, and data groups (name -> tensors)
+#: that auxiliary steps with a ``data_group`` take, as in :func:`ppl_vae.fit`'s data.
+Batch = Mapping[str, "torch.Tensor | Mapping[str, torch.Tensor]"]
+
+
+def step_inputs(batch: Batch, data_group: str | None) -> dict[str, torch.Tensor]:
+    """The keyword arguments of a step: the tensors of ``data_group``, or, for ``None`` (the
+    ELBO step and steps on its batch), every top-level tensor of ``batch`` and every group that
+    no auxiliary step claims is merged in by the caller; here, the top-level tensors."""
+    if data_group is None:
+        return {name: value for name, value in batch.items() if isinstance(value, torch.Tensor)}
+    if data_group not in batch or not isinstance(batch[data_group], Mapping):
+        raise ValueError(f"the batch needs the data group {data_group!r} (a dict of tensors), got keys {sorted(batch)}")
+    return dict(batch[data_group])
+
+
+class TrainingIteration:
+    """The auxiliary steps declared ``"before"``, the ELBO step, then those declared ``"after"``,
+    each with its own optimiser (module docstring).
+
+    :param model: a model with ``model``/``guide`` methods (its ``parameters()`` are the ELBO
+        step's).
+    :param objective: the ELBO (anything with ``differentiable_loss(model, guide, **batch)``);
+        its ``auxiliary_steps(model)`` are taken around it.
+    :param lr: the learning rate of every optimiser whose step names none.
+    :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
+    :param elbo_loss: the ELBO step's loss as ``(**batch) -> scalar``; default
+        ``objective.differentiable_loss(model.model, model.guide, **batch)`` (a
+        :class:`~ppl_vae.infer.ReplayedLoss` fits here).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        objective: Any,
+        lr: float = 1e-3,
+        optimizer: Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer] | None = None,
+        elbo_loss: Callable[..., torch.Tensor] | None = None,
+    ) -> None:
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
+            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        make = optimizer or (lambda params, rate: torch.optim.Adam(params, lr=rate))
+        self.objective = objective
+        self.elbo_loss = elbo_loss or functools.partial(objective.differentiable_loss, model.model, model.guide)
+        self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
+        self.elbo_optimizer = make([p for p in model.parameters() if p.requires_grad], float(lr))
+        self.step_optimizers = [make(list(step.parameters), float(step.lr or lr)) for step in self.steps]
+        trained = {id(p): p for p in model.parameters()}
+        for step in self.steps:
+            trained.update({id(p): p for p in step.parameters})
+        self.parameters = list(trained.values())
+
+    def _take(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+        for parameter in self.parameters:
+            parameter.grad = None
+        loss.backward()
+        optimizer.step()
+
+    def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Take one iteration on ``batch``; returns each step's loss (``"elbo"``, ``"classifier"``,
+        ...) and the objective's logged values, detached (read them with ``float`` only when
+        needed: on a GPU each read waits for the device)."""
+        claimed = {step.data_group for step in self.steps if step.data_group is not None}
+        elbo_inputs = step_inputs(batch, None)
+        for name, group in batch.items():
+            if isinstance(group, Mapping) and name not in claimed:
+                elbo_inputs.update(group)
+        values: dict[str, torch.Tensor] = {}
+        for step, optimizer in zip(self.steps, self.step_optimizers, strict=True):
+            if step.when == "before":
+                values[step.name] = self._auxiliary(step, optimizer, batch, elbo_inputs)
+        loss = self.elbo_loss(**elbo_inputs)
+        values.update(objective_terms(self.objective))
+        self._take(self.elbo_optimizer, loss)
+        values["elbo"] = loss.detach()
+        for step, optimizer in zip(self.steps, self.step_optimizers, strict=True):
+            if step.when == "after":
+                values[step.name] = self._auxiliary(step, optimizer, batch, elbo_inputs)
+        for parameter in self.parameters:
+            parameter.grad = None
+        return values
+
+    def _auxiliary(
+        self, step: AuxiliaryStep, optimizer: torch.optim.Optimizer, batch: Batch, elbo_inputs: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        loss = step.loss(**(elbo_inputs if step.data_group is None else step_inputs(batch, step.data_group)))
+        self._take(optimizer, loss)
+        return loss.detach()

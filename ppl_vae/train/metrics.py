@@ -1,0 +1,158 @@
+"""``metrics.csv``: the per-term losses of a run, one row per logging interval.
+
+Every row reaches the file when it is logged (appended and flushed, so a process killed at
+any moment leaves every row it logged). The checkpoint holds the same rows
+(``checkpoint["ppl_vae"]["history"]``); a resumed run rewrites the file from them, which
+drops the rows a killed run logged after its last checkpoint (training repeats those
+iterations and logs them again) and never loses an earlier one.
+
+Layout: a header ``step,<term>,<term>,...`` (``step`` first, then the terms in the order
+they were first logged), then one row per logging interval; a term missing from a row is
+an empty cell. Numbers are written with ``repr`` and read back exactly.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
+
+__all__ = ["CSVMetricsLogger", "metrics_table_text", "read_training_metrics", "write_metrics_table"]
+
+METRICS_CSV = "metrics.csv"
+
+
+def _columns(rows: Sequence[Mapping[str, float]]) -> list[str]:
+    names = dict.fromkeys(name for row in rows for name in row if name != "step")
+    return ["step", *names]
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else repr(value)
+
+
+def _line(row: Mapping[str, float], columns: Sequence[str]) -> str:
+    return ",".join(_cell(row.get(name)) for name in columns) + "\n"
+
+
+def metrics_table_text(rows: Sequence[Mapping[str, float]]) -> str:
+    """The text of ``metrics.csv`` holding ``rows`` (dicts of term -> value with ``"step"``)."""
+    if not rows:
+        return ""
+    columns = _columns(rows)
+    return ",".join(columns) + "\n" + "".join(_line(row, columns) for row in rows)
+
+
+def write_metrics_table(path: str | os.PathLike, rows: Sequence[Mapping[str, float]]) -> None:
+    """Make the file at ``path`` hold exactly ``rows``, atomically (temporary file, ``fsync``,
+    rename); without rows the file is removed. A file that already holds them is left untouched."""
+    path = Path(path)
+    text = metrics_table_text(rows)
+    if not text:
+        path.unlink(missing_ok=True)
+        return
+    if path.is_file() and path.read_text() == text:
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0o600 would hide the file from other users
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_training_metrics(run_dir: str | os.PathLike) -> dict[str, list[float]]:
+    """The training curves of a run: every logged term against the training iteration.
+
+    :param run_dir: a run directory (or its ``metrics.csv``).
+    :returns: ``{"step": [s_1, ..., s_R], term: [v_1, ..., v_R], ...}``: one list of length R
+        (the number of logged rows) per column, ``"step"`` first (training iterations
+        completed, as ints, increasing), then each term (``"elbo_loss"``, the objective's
+        terms, auxiliary steps' losses) in the order it was first logged, as floats, NaN
+        where a row lacks the term. Every list has the same length; an empty file gives
+        ``{"step": []}``.
+    :raises FileNotFoundError: if there is no ``metrics.csv``.
+    :raises ValueError: if the file is not a metrics table.
+    """
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / METRICS_CSV
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: the run logged no metrics there")
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    if not rows:
+        return {"step": []}
+    header, body = rows[0], rows[1:]
+    if not header or header[0] != "step":
+        raise ValueError(f"{path} is not a metrics table: its header {header[:3]} does not start with 'step'")
+    table: dict[str, list[float]] = {name: [] for name in header}
+    for number, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise ValueError(f"{path} line {number} has {len(row)} cells, the header {len(header)}")
+        try:
+            table["step"].append(int(row[0]))
+            for name, cell in zip(header[1:], row[1:], strict=True):
+                table[name].append(float(cell) if cell else math.nan)
+        except ValueError as error:
+            raise ValueError(f"{path} line {number} holds a cell that is not a number: {error}") from error
+    return table
+
+
+class CSVMetricsLogger(Logger):
+    """A Lightning logger that appends each logged row to ``metrics.csv`` and flushes it.
+
+    It writes on rank 0 only. It does not touch the file until a row is logged: the engine
+    rewrites the file from the rows it resumes from before training
+    (:func:`write_metrics_table`), and hands the logger those rows, so that a row with a new
+    term rewrites the whole table under the wider header.
+
+    :param path: the ``metrics.csv`` file.
+    :param rows: the rows the file holds already (those of the checkpoint resumed from).
+    """
+
+    def __init__(self, path: str | os.PathLike, rows: Sequence[Mapping[str, float]] = ()) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.rows = [dict(row) for row in rows]
+        self.columns = _columns(self.rows) if self.rows else []
+
+    @property
+    def name(self) -> str:
+        return "csv"
+
+    @property
+    def version(self) -> str:
+        return ""
+
+    @property
+    def save_dir(self) -> str:
+        return str(self.path.parent)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        """Nothing: a run's settings are in ``config.json``."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Append the row ``{"step": step, **metrics}`` (rewrite the table if it has a new term)."""
+        row = {"step": step, **{name: float(value) for name, value in metrics.items()}}
+        self.rows.append(row)
+        if set(row) <= set(self.columns) and self.path.is_file():
+            with open(self.path, "a") as handle:
+                handle.write(_line(row, self.columns))
+                handle.flush()
+        else:
+            self.columns = _columns(self.rows)
+            write_metrics_table(self.path, self.rows)
