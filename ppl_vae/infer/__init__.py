@@ -4,6 +4,7 @@ from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss, permu
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutation
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
+from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.parted import PartedELBO, classification_loss
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
@@ -35,6 +36,7 @@ __all__ = [
     "Term",
     "TermSites",
     "TotalCorrelation",
+    "TrainingIteration",
     "training_step",
     "all_gather",
     "global_batch",

@@ -37,9 +37,8 @@ Batch = Mapping[str, "torch.Tensor | Mapping[str, torch.Tensor]"]
 
 
 def step_inputs(batch: Batch, data_group: str | None) -> dict[str, torch.Tensor]:
-    """The keyword arguments of a step: the tensors of ``data_group``, or, for ``None`` (the
-    ELBO step and steps on its batch), every top-level tensor of ``batch`` and every group that
-    no auxiliary step claims is merged in by the caller; here, the top-level tensors."""
+    """The keyword arguments of a step: the tensors of the group ``data_group``, or, for
+    ``None``, the top-level tensors of ``batch``."""
     if data_group is None:
         return {name: value for name, value in batch.items() if isinstance(value, torch.Tensor)}
     if data_group not in batch or not isinstance(batch[data_group], Mapping):
@@ -90,9 +89,12 @@ class TrainingIteration:
         optimizer.step()
 
     def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Take one iteration on ``batch``; returns each step's loss (``"elbo"``, ``"classifier"``,
-        ...) and the objective's logged values, detached (read them with ``float`` only when
-        needed: on a GPU each read waits for the device)."""
+        """Take one iteration on ``batch``: the ELBO step reads its top-level tensors and every
+        group no auxiliary step claims, each auxiliary step its own group (or the ELBO's inputs).
+        Returns each step's loss (``"elbo"``, ``"classifier"``, ...) and the objective's logged
+        values, detached (read them with ``float`` only when needed: on a GPU each read waits for
+        the device). The gradients of the last step stay on its parameters until the next step
+        clears them."""
         claimed = {step.data_group for step in self.steps if step.data_group is not None}
         elbo_inputs = step_inputs(batch, None)
         for name, group in batch.items():
@@ -109,8 +111,6 @@ class TrainingIteration:
         for step, optimizer in zip(self.steps, self.step_optimizers, strict=True):
             if step.when == "after":
                 values[step.name] = self._auxiliary(step, optimizer, batch, elbo_inputs)
-        for parameter in self.parameters:
-            parameter.grad = None
         return values
 
     def _auxiliary(

@@ -1,0 +1,103 @@
+"""TrainingIteration: the auxiliary steps and the ELBO step each update only their own
+parameters, no gradient leaks from one step into the next, and plain SVI with a classifier step
+taken by hand does leak (the bug it exists to prevent)."""
+import pyro
+import pytest
+import torch
+from pyro.infer import SVI
+
+from ppl_vae.infer import ContrastiveELBO, LinearCapacity, PartedELBO, TrainingIteration, set_training_step
+from ppl_vae.models import ContrastiveVAE, PartedVAE
+
+EVENT = (12,)
+
+
+def binary(n: int, seed: int = 1) -> torch.Tensor:
+    return (torch.rand(n, *EVENT, generator=torch.Generator().manual_seed(seed)) > 0.5).float()
+
+
+def parted() -> tuple[PartedVAE, PartedELBO, dict]:
+    torch.manual_seed(0)
+    model = PartedVAE.mlp(EVENT, z_dim=2, num_classes=3, u_dims=2, hidden=(16,))
+    objective = PartedELBO(LinearCapacity(0, 5, 10), LinearCapacity(0, 5, 10))
+    x = binary(16)
+    return model, objective, {"x": x, "labelled": {"x": x[:8], "y": torch.arange(8) % 3}}
+
+
+def test_each_step_moves_only_its_own_parameters():
+    model, objective, batch = parted()
+    iteration = TrainingIteration(model, objective, lr=1e-2)
+    classifier = {id(p) for p in model.classifier_parameters()}
+    # the classifier step alone: only the encoder trunk and class heads move
+    (step,), optimizer = iteration.steps, iteration.step_optimizers[0]
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    iteration._take(optimizer, step.loss(**batch["labelled"]))
+    moved = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert moved and all(id(dict(model.named_parameters())[name]) in classifier for name in moved)
+
+
+def test_no_gradient_of_one_step_reaches_the_next_steps_update():
+    """The ELBO step's update equals the update from the ELBO's own gradient alone."""
+    model, objective, batch = parted()
+    iteration = TrainingIteration(model, objective, lr=1e-2, optimizer=lambda params, lr: torch.optim.SGD(params, lr=lr))
+    reference, _, _ = parted()
+    reference.load_state_dict(model.state_dict())
+    pyro.set_rng_seed(4)
+    iteration(batch)
+    # the same two steps by hand, the ELBO's gradient computed on fresh .grad
+    classifier = torch.optim.SGD(list(reference.classifier_parameters()), lr=1e-2)
+    elbo = torch.optim.SGD(reference.parameters(), lr=1e-2)
+    pyro.set_rng_seed(4)
+    loss = objective.auxiliary_steps(reference)[0].loss(**batch["labelled"])
+    classifier.zero_grad()
+    loss.backward()
+    classifier.step()
+    elbo.zero_grad(set_to_none=True)
+    objective.differentiable_loss(reference.model, reference.guide, x=batch["x"]).backward()
+    elbo.step()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, reference.state_dict()[key])
+
+
+def test_plain_svi_after_a_classifier_step_taken_by_hand_leaks_its_gradients():
+    """What TrainingIteration prevents: SVI adds to gradients it did not make."""
+    leaky, objective, batch = parted()
+    clean, _, _ = parted()
+    clean.load_state_dict(leaky.state_dict())
+    objective.auxiliary_steps(leaky)[0].loss(**batch["labelled"]).backward()  # a classifier step without zero_grad after
+    for model in (leaky, clean):
+        pyro.set_rng_seed(2)
+        SVI(model.model, model.guide, pyro.optim.SGD({"lr": 1.0}), objective).step(batch["x"])
+    differs = {n for n, p in leaky.named_parameters() if not torch.equal(p, clean.state_dict()[n])}
+    assert differs and all(n.startswith(("encoder", "class_heads")) for n in differs)
+
+
+def test_the_discriminator_step_after_the_elbo_trains_only_the_discriminator():
+    torch.manual_seed(0)
+    model = ContrastiveVAE.mlp(EVENT, hidden=16)
+    objective = ContrastiveELBO(gamma=1.0, discriminator="mlp", discriminator_hidden=(8,))
+    iteration = TrainingIteration(model, objective, lr=1e-2)
+    batch = {"target": binary(8), "background": binary(6, 2)}
+    before = {name: p.detach().clone() for name, p in objective.discriminator.named_parameters()}
+    values = iteration(batch)
+    assert {"elbo", "discriminator", "total_correlation", "reconstruction"} <= set(values)
+    assert any(not torch.equal(p, before[n]) for n, p in objective.discriminator.named_parameters())
+    assert all(p.grad is None for p in model.parameters())  # the last step cleared the ELBO's gradients first
+
+
+def test_training_iterations_lower_the_loss():
+    model, objective, batch = parted()
+    iteration = TrainingIteration(model, objective, lr=1e-2)
+    losses = []
+    for step in range(40):
+        set_training_step(step)
+        losses.append(float(iteration(batch)["elbo"]))
+    assert sum(losses[-5:]) < sum(losses[:5])
+
+
+def test_bad_settings_name_the_argument():
+    model, objective, batch = parted()
+    with pytest.raises(ValueError, match="lr"):
+        TrainingIteration(model, objective, lr=float("inf"))
+    with pytest.raises(ValueError, match="labelled"):
+        TrainingIteration(model, objective)({"x": batch["x"]})
