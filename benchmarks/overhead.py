@@ -81,6 +81,7 @@ from ppl_vae.data import DSprites
 from ppl_vae.distributions import IsotropicGaussianPrior
 from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
+from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity, set_training_step
@@ -90,7 +91,6 @@ from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.nn import ConvDecoder, ConvEncoder
 from ppl_vae.recipes.contrastive import grassy_likelihood_scale
-from ppl_vae.train.module import without_param_registration
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "overhead.json"
 DSPRITES_IMAGES = 737_280
@@ -563,27 +563,22 @@ def replayable(workload: Workload) -> bool:
 
 
 def plain_loop(workload: Workload, replay: bool) -> Step:
-    """One iteration of a plain PyTorch loop around the library's loss: the objective's
-    ``differentiable_loss`` (recorded once and replayed, :class:`~ppl_vae.infer.ReplayedLoss`,
-    with ``replay``) and its auxiliary steps (:class:`AuxiliarySteps`), with foreach
-    ``torch.optim.Adam``, as the engine runs them but without Lightning; Pyro's validation off."""
+    """One iteration of a plain PyTorch loop around the library's loss: the library's
+    :class:`~ppl_vae.infer.TrainingIteration` (the objective's ``differentiable_loss``, recorded
+    once and replayed with ``replay``, and its auxiliary steps, each with foreach
+    ``torch.optim.Adam``), as the engine runs it but without Lightning; Pyro's validation off."""
     model, objective = workload.build()
-    model_fn, guide_fn = without_param_registration(model, "model"), without_param_registration(model, "guide")
+    loss_fn = None
     if replay:
-        loss_fn = ReplayedLoss(objective, model_fn, guide_fn, recorded_modules(model, objective))
-    else:
-        loss_fn = functools.partial(objective.differentiable_loss, model_fn, guide_fn)
-    optimizer = _adam(model.parameters(), workload.lr)
-    auxiliary = AuxiliarySteps(objective, model, workload.samplers(), workload.lr)
+        loss_fn = ReplayedLoss(objective, model.model, model.guide, recorded_modules(model, objective))
+    training_iteration = TrainingIteration(model, objective, workload.lr, optimizer=_adam, elbo_loss=loss_fn)
+    samplers = workload.samplers()
     counter = itertools.count()
 
     def iteration() -> None:
         set_training_step(next(counter))
-        batch = auxiliary.elbo_batch()
         with pyro.validation_enabled(False):
-            auxiliary.take("before", batch)
-            _take_step(optimizer, loss_fn(**batch))
-            auxiliary.take("after", batch)
+            training_iteration({name: sample() for name, sample in samplers.items()})
 
     return iteration
 

@@ -8,15 +8,16 @@ loop that takes them one after another with ``pyro.infer.SVI`` leaks gradients: 
 the gradients of the parameters it registered, after its own step, so a classifier step's
 gradients on the encoder are still there when SVI's backward adds to them.
 
-:class:`TrainingIteration` takes the steps in order, each as: clear the gradients of every
-parameter any step trains, compute the step's loss, backpropagate, step its optimiser. No step
-sees another's gradients. The engine (:func:`ppl_vae.fit`) takes the same iteration through
-Lightning; a notebook or a benchmark calls it directly::
+:class:`TrainingIteration` takes the steps in order, each as: compute the step's loss, clear
+the gradients of the parameters its optimiser updates, backpropagate, step. No update sees
+another step's gradients. The engine (:func:`ppl_vae.fit`) runs the same object with
+Lightning's optimisers and backward; a notebook or a benchmark calls it directly::
 
     iteration = TrainingIteration(model, PartedELBO(), lr=5e-4)
     for step in range(steps):
         set_training_step(step)
-        losses = iteration({"x": x[batch], "labelled": {"x": xl[pick], "y": yl[pick]}})
+        values = iteration({"x": x[batch], "labelled": {"x": xl[pick], "y": yl[pick]}})
+        # values: "classifier_loss", "elbo_loss" and the objective's logged terms
 """
 from __future__ import annotations
 
@@ -59,6 +60,12 @@ class TrainingIteration:
     :param elbo_loss: the ELBO step's loss as ``(**batch) -> scalar``; default
         ``objective.differentiable_loss(model.model, model.guide, **batch)`` (a
         :class:`~ppl_vae.infer.ReplayedLoss` fits here).
+    :param backward: ``loss -> None``, how a loss is backpropagated (default
+        ``loss.backward()``; the engine passes Lightning's ``manual_backward``).
+
+    :attr:`optimizers` holds the ELBO step's optimiser, then one per auxiliary step (in
+    :attr:`steps`' order); anything with ``zero_grad(set_to_none=...)`` and ``step()`` may
+    replace them (the engine puts Lightning's wrappers of the same optimisers there).
     """
 
     def __init__(
@@ -68,54 +75,52 @@ class TrainingIteration:
         lr: float = 1e-3,
         optimizer: Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer] | None = None,
         elbo_loss: Callable[..., torch.Tensor] | None = None,
+        backward: Callable[[torch.Tensor], None] | None = None,
     ) -> None:
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
             raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
         make = optimizer or (lambda params, rate: torch.optim.Adam(params, lr=rate))
         self.objective = objective
         self.elbo_loss = elbo_loss or functools.partial(objective.differentiable_loss, model.model, model.guide)
+        self.backward = backward or torch.Tensor.backward
         self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
-        self.elbo_optimizer = make([p for p in model.parameters() if p.requires_grad], float(lr))
-        self.step_optimizers = [make(list(step.parameters), float(step.lr or lr)) for step in self.steps]
-        trained = {id(p): p for p in model.parameters()}
-        for step in self.steps:
-            trained.update({id(p): p for p in step.parameters})
-        self.parameters = list(trained.values())
+        self.optimizers: list[Any] = [
+            make([p for p in model.parameters() if p.requires_grad], float(lr)),
+            *(make([p for p in step.parameters if p.requires_grad], float(step.lr or lr)) for step in self.steps),
+        ]
 
-    def _take(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
-        for parameter in self.parameters:
-            parameter.grad = None
-        loss.backward()
+    def take_step(self, optimizer: Any, loss: torch.Tensor) -> None:
+        """Clear the gradients of ``optimizer``'s parameters, backpropagate ``loss``, step."""
+        optimizer.zero_grad(set_to_none=True)
+        self.backward(loss)
         optimizer.step()
 
     def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Take one iteration on ``batch``: the ELBO step reads its top-level tensors and every
         group no auxiliary step claims, each auxiliary step its own group (or the ELBO's inputs).
-        Returns each step's loss (``"elbo"``, ``"classifier"``, ...) and the objective's logged
-        values, detached (read them with ``float`` only when needed: on a GPU each read waits for
-        the device). The gradients of the last step stay on its parameters until the next step
-        clears them."""
+        Returns each step's loss (``"elbo_loss"``, ``"classifier_loss"``, ...) and the
+        objective's logged values, detached (read them with ``float`` only when needed: on a GPU
+        each read waits for the device)."""
         claimed = {step.data_group for step in self.steps if step.data_group is not None}
         elbo_inputs = step_inputs(batch, None)
         for name, group in batch.items():
             if isinstance(group, Mapping) and name not in claimed:
                 elbo_inputs.update(group)
+        elbo_optimizer, *step_optimizers = self.optimizers
         values: dict[str, torch.Tensor] = {}
-        for step, optimizer in zip(self.steps, self.step_optimizers, strict=True):
+        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "before":
-                values[step.name] = self._auxiliary(step, optimizer, batch, elbo_inputs)
+                values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs)
         loss = self.elbo_loss(**elbo_inputs)
         values.update(objective_terms(self.objective))
-        self._take(self.elbo_optimizer, loss)
-        values["elbo"] = loss.detach()
-        for step, optimizer in zip(self.steps, self.step_optimizers, strict=True):
+        self.take_step(elbo_optimizer, loss)
+        values["elbo_loss"] = loss.detach()
+        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "after":
-                values[step.name] = self._auxiliary(step, optimizer, batch, elbo_inputs)
+                values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs)
         return values
 
-    def _auxiliary(
-        self, step: AuxiliaryStep, optimizer: torch.optim.Optimizer, batch: Batch, elbo_inputs: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
+    def _auxiliary(self, step: AuxiliaryStep, optimizer: Any, batch: Batch, elbo_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         loss = step.loss(**(elbo_inputs if step.data_group is None else step_inputs(batch, step.data_group)))
-        self._take(optimizer, loss)
+        self.take_step(optimizer, loss)
         return loss.detach()

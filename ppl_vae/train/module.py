@@ -10,24 +10,19 @@ from __future__ import annotations
 
 import functools
 import random
-import types
-from collections.abc import Callable
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
-from lightning.pytorch.core.optimizer import LightningOptimizer
-from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.strategies import SingleDeviceStrategy
-from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
+from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.replay import ReplayedLoss
 from ppl_vae.infer.schedules import set_training_step
-from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules, auxiliary_steps, objective_terms
+from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
@@ -35,23 +30,6 @@ from ppl_vae.train.distributed import mean_over_processes, seed_process
 
 class NonFiniteLossError(FloatingPointError):
     """A loss or gradient became NaN or infinite; the message names the step and terms."""
-
-
-_STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-
-
-def step_hook_overrides(trainer: L.Trainer, module: L.LightningModule) -> list[str]:
-    """The callbacks (by class name) and the module whose classes override one of
-    Lightning's backward/optimiser-step hooks (``on_before_backward``, ``on_after_backward``,
-    ``on_before_optimizer_step``; for the module also ``backward``)."""
-    overriding = [
-        type(callback).__name__
-        for callback in trainer.callbacks
-        if any(getattr(type(callback), hook) is not getattr(L.Callback, hook) for hook in _STEP_HOOKS)
-    ]
-    if any(getattr(type(module), hook) is not getattr(L.LightningModule, hook) for hook in (*_STEP_HOOKS, "backward")):
-        overriding.append(type(module).__name__)
-    return overriding
 
 
 def _rng_state() -> dict[str, Any]:
@@ -90,32 +68,6 @@ def adam_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
     return {"foreach": True}
 
 
-_PYRO_METHOD_CODE = pyro_method(lambda self: None).__code__
-
-
-def without_param_registration(model: nn.Module, name: str) -> Callable:
-    """``model.<name>`` (``"model"`` or ``"guide"``), run without Pyro's parameter registration
-    when leaving it out changes nothing but speed.
-
-    A :func:`~pyro.nn.pyro_method` of a :class:`~pyro.nn.PyroModule` registers the parameters of
-    a plain ``nn.Module`` child with Pyro's param store every time the method reads the child
-    (one ``pyro.param`` message per parameter tensor, on every step). The engine's optimisers
-    own ``model.parameters()`` and never read the store, so for a model without
-    ``PyroParam``/``PyroSample`` attributes (which need Pyro's module context to exist at all)
-    the engine calls the undecorated method: the same computation, the same sample sites,
-    without the registration. Otherwise, and for anything that is not a ``pyro_method``, the
-    bound method is returned unchanged.
-    """
-    bound = getattr(model, name)
-    function = getattr(type(model), name, None)
-    if not isinstance(model, PyroModule) or getattr(function, "__code__", None) is not _PYRO_METHOD_CODE:
-        return bound
-    for module in model.modules():
-        if isinstance(module, PyroModule) and (module._pyro_params or module._pyro_samples):
-            return bound
-    return types.MethodType(function.__wrapped__, model)
-
-
 def architecture(module: nn.Module) -> dict[str, list[int]]:
     """Parameter and buffer names with their shapes: what a checkpoint must match."""
     return {name: list(t.shape) for name, t in module.state_dict().items()}
@@ -124,19 +76,14 @@ def architecture(module: nn.Module) -> dict[str, list[int]]:
 class SVIModule(L.LightningModule):
     """Trains ``model`` (a PyroModule with ``model``/``guide``) on ``objective`` (a Pyro ELBO).
 
-    Each training iteration takes the objective's ``"before"`` auxiliary steps, one ELBO
-    step on every data group that no auxiliary step claims, then the ``"after"`` steps.
-    Every step zeroes the gradients of its own optimiser's parameters before its backward
-    pass and changes only those parameters. One Lightning training step takes a block of
-    ``config.iterations_per_training_step`` iterations (:class:`~ppl_vae.train.batches.BatchBlocks`).
-
-    ``model.model`` and ``model.guide`` are called without Pyro's per-step parameter
-    registration where that is safe (:func:`without_param_registration`). On one device in
-    float32, where neither a callback nor the module overrides Lightning's backward and
-    optimiser-step hooks (:func:`step_hook_overrides`), each step calls ``loss.backward()``
-    and the torch optimiser directly instead of going through Lightning's strategy and
-    precision plugin (which would only call those hooks around the same two calls);
-    ``trainer.global_step`` counts the optimiser steps either way.
+    Each training iteration is a :class:`~ppl_vae.infer.TrainingIteration`: the objective's
+    ``"before"`` auxiliary steps, one ELBO step on every data group that no auxiliary step
+    claims, then the ``"after"`` steps. Every step zeroes the gradients of its own optimiser's
+    parameters before its backward pass and changes only those parameters; backward passes go
+    through Lightning's ``manual_backward`` and steps through its optimiser wrappers (so
+    strategies, precision plugins and callbacks' hooks see them). One Lightning training step
+    takes a block of ``config.iterations_per_training_step`` iterations
+    (:class:`~ppl_vae.train.batches.BatchBlocks`).
 
     Per-term losses (the objective's ``terms`` plus each step's loss) are kept on the
     device, one detached value per iteration, and averaged over ``log_every_n_steps``
@@ -163,18 +110,19 @@ class SVIModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.model = model
-        self.model_fn = without_param_registration(model, "model")
-        self.guide_fn = without_param_registration(model, "guide")
         self.objective = objective
         self.config = config
         self.batches = batches
         self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
         self.elbo_loss = (
-            ReplayedLoss(objective, self.model_fn, self.guide_fn, [model, *self.auxiliary.values()])
+            ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
             if config.replay_loss
-            else functools.partial(objective.differentiable_loss, self.model_fn, self.guide_fn)
+            else functools.partial(objective.differentiable_loss, model.model, model.guide)
         )
-        self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
+        self.training_iteration = TrainingIteration(
+            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward
+        )
+        self.steps: list[AuxiliaryStep] = self.training_iteration.steps
         claimed = {s.data_group for s in self.steps if s.data_group is not None}
         unknown = claimed - set(batches.groups)
         if unknown:
@@ -191,45 +139,19 @@ class SVIModule(L.LightningModule):
         self.automatic_optimization = False
         self.iteration = 0
         self.checkpoint_due = False
-        self.direct_steps = False
         self.history: list[dict[str, float]] = []
         self._logged: list[dict[str, torch.Tensor]] = []
         self._logged_from = 0
         self._current: dict[str, torch.Tensor] = {}
-        self._optimizers: list[LightningOptimizer] = []
         self._pending_rng: dict[str, Any] | None = None
 
     def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        optimizers = [self._adam(self.model.parameters(), self.config.lr)]
-        for step in self.steps:
-            optimizers.append(self._adam(step.parameters, step.lr or self.config.lr))
-        return optimizers
+        """The ELBO step's Adam, then one per auxiliary step (built by the training iteration)."""
+        return list(self.training_iteration.optimizers)
 
     def _adam(self, params, lr: float) -> torch.optim.Optimizer:
         params = [p for p in params if p.requires_grad]
         return torch.optim.Adam(params, lr=lr, betas=self.config.betas, **adam_implementation(params))
-
-    def _kwargs(self, batch: TensorGroups, groups: list[str]) -> dict:
-        kwargs: dict[str, torch.Tensor] = {}
-        for group in groups:
-            kwargs.update(batch[group])
-        return kwargs
-
-    def _take_step(self, optimizer: LightningOptimizer, loss: torch.Tensor, name: str) -> None:
-        """Zero the optimiser's gradients, backpropagate ``loss``, step. Direct steps call the
-        torch optimiser between the two callbacks that ``LightningOptimizer.step`` itself runs
-        around it (they advance ``trainer.global_step``)."""
-        if self.direct_steps:
-            optimizer.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer._on_before_step()
-            optimizer.optimizer.step()
-            optimizer._on_after_step()
-        else:
-            optimizer.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-            optimizer.step()
-        self._current[f"{name}_loss"] = loss.detach()
 
     def training_step(self, block: list[TensorGroups], batch_idx: int) -> None:
         """Take the iterations of one block of minibatches; flush the logs at the end of
@@ -248,26 +170,11 @@ class SVIModule(L.LightningModule):
 
     def _training_iteration(self, batch: TensorGroups) -> None:
         set_training_step(self.iteration)
-        elbo_optimizer, *step_optimizers = self._optimizers
-        self._current = {}
-        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
-            if step.when == "before":
-                self._auxiliary_step(step, optimizer, batch)
-        loss = self.elbo_loss(**self._kwargs(batch, self.elbo_groups))
-        self._current.update(objective_terms(self.objective))
-        self._take_step(elbo_optimizer, loss, "elbo")
-        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
-            if step.when == "after":
-                self._auxiliary_step(step, optimizer, batch)
+        self._current = self.training_iteration(batch)
         if not self._logged:
             self._logged_from = self.iteration
         self._logged.append(self._current)
         self.iteration += 1
-
-    def _auxiliary_step(self, step: AuxiliaryStep, optimizer: LightningOptimizer, batch: TensorGroups) -> None:
-        groups = [step.data_group] if step.data_group is not None else self.elbo_groups
-        loss = step.loss(**self._kwargs(batch, groups))
-        self._take_step(optimizer, loss, step.name)
 
     def _gradient_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -342,12 +249,7 @@ class SVIModule(L.LightningModule):
             seed_process(self.config.seed + self.iteration)
         self._pending_rng = None
         optimizers = self.optimizers()
-        self._optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
-        self.direct_steps = (
-            type(self.trainer.precision_plugin) is Precision
-            and type(self.trainer.strategy) is SingleDeviceStrategy
-            and not step_hook_overrides(self.trainer, self)
-        )
+        self.training_iteration.optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
 
     def _rng_states(self) -> dict[str, Any] | list[dict[str, Any]]:
         """This process's random state, or every process's (in rank order) under DDP."""

@@ -102,18 +102,30 @@ class CountBackwardHooks(L.Callback):
 
 class StepsTaken(L.Callback):
     def on_train_end(self, trainer, module) -> None:
-        self.direct_steps, self.global_step = module.direct_steps, trainer.global_step
+        self.global_step = trainer.global_step
 
 
-def test_steps_go_straight_to_torch_unless_a_callback_overrides_a_step_hook(data):
-    plain, hooked = StepsTaken(), StepsTaken()
-    counter = CountBackwardHooks()
-    direct = fit(small_vae(), AuxiliaryObjective(), data, steps=12, callbacks=[plain], **FAST)
-    through_lightning = fit(small_vae(), AuxiliaryObjective(), data, steps=12, callbacks=[hooked, counter], **FAST)
-    assert plain.direct_steps and not hooked.direct_steps
+def test_every_step_goes_through_lightnings_backward_and_optimiser_hooks(data):
+    steps, counter = StepsTaken(), CountBackwardHooks()
+    fit(small_vae(), AuxiliaryObjective(), data, steps=12, callbacks=[steps, counter], **FAST)
     assert counter.calls == 24
-    assert plain.global_step == hooked.global_step == 24
-    for p, q in zip(direct.model.parameters(), through_lightning.model.parameters(), strict=True):
+    assert steps.global_step == 24
+
+
+def test_the_engine_takes_the_same_iterations_as_a_training_iteration_loop(data):
+    """The engine's history is that of TrainingIteration with the same optimisers and batches."""
+    from ppl_vae.infer import TrainingIteration
+    from ppl_vae.train.batches import TensorBatches, as_groups
+
+    engine = fit(small_vae(), AuxiliaryObjective(), data, steps=6, **FAST)
+    model, objective = small_vae(), AuxiliaryObjective()
+    iteration = TrainingIteration(model, objective, lr=FAST.get("lr", 1e-3))
+    batches = TensorBatches(as_groups(data), FAST["batch_size"], 6, seed=0)
+    pyro.set_rng_seed(0)
+    for batch in batches:
+        with pyro.validation_enabled(False):
+            iteration(batch)
+    for p, q in zip(engine.model.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(p, q)
 
 
