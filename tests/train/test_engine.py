@@ -7,7 +7,7 @@ import torch
 from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.infer import AuxiliaryStep, ContrastiveELBO, LinearCapacity, PartedELBO
+from ppl_vae.infer import AuxiliaryStep, ContrastiveELBO, LinearCapacity, PartedELBO, training_step
 from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
 from ppl_vae.train import CheckpointError, NonFiniteLossError, RunDirectoryExistsError, TrainConfig, read_checkpoint
@@ -181,10 +181,8 @@ class AuxiliaryObjective(TraceMeanField_ELBO):
         bias = model.decoder[0][-1].bias
         return [AuxiliaryStep("pull", lambda **batch: (bias - 3).pow(2).sum(), [bias], when="before", lr=0.1)]
 
-    def set_training_step(self, step: int) -> None:
-        self.steps_seen.append(step)
-
     def differentiable_loss(self, model, guide, *args, **kwargs):
+        self.steps_seen.append(training_step())
         return self.elbo_weight * super().differentiable_loss(model, guide, *args, **kwargs)
 
 
@@ -207,16 +205,14 @@ def test_auxiliary_and_elbo_steps_alternate_and_are_logged(data):
 class ExplodingELBO(TraceMeanField_ELBO):
     def __init__(self, at: int) -> None:
         super().__init__()
-        self.at, self.step = at, 0
-        self.terms = {}
-
-    def set_training_step(self, step: int) -> None:
-        self.step = step
+        self.at = at
+        self.logged = {}
 
     def differentiable_loss(self, model, guide, *args, **kwargs):
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
-        self.terms = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if self.step >= self.at else 0.0)}
-        return loss * float("nan") if self.step >= self.at else loss
+        exploded = training_step() >= self.at
+        self.logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}
+        return loss * float("nan") if exploded else loss
 
 
 def test_nan_loss_stops_the_run_naming_step_and_terms_and_keeps_the_last_checkpoint(data, tmp_path):
@@ -317,48 +313,6 @@ def test_adam_is_fused_on_cuda_parameters_and_foreach_elsewhere():
     assert optimizer.defaults["foreach"] is True
 
 
-def test_engine_calls_model_and_guide_without_per_step_param_registration():
-    from pyro import poutine
-    from pyro.nn import PyroModule, PyroSample
-
-    from ppl_vae.train.module import without_param_registration
-
-    vae = small_vae()
-    x = torch.randn(4, 8)
-    traces = {}
-    for label, guide in (("registered", vae.guide), ("unregistered", without_param_registration(vae, "guide"))):
-        pyro.set_rng_seed(0)
-        traces[label] = poutine.trace(guide).get_trace(x)
-    registered, unregistered = traces["registered"].nodes, traces["unregistered"].nodes
-    assert any(site["type"] == "param" for site in registered.values())
-    assert not any(site["type"] == "param" for site in unregistered.values())
-    assert torch.equal(registered["z"]["value"], unregistered["z"]["value"])
-
-    class WithPyroSample(PyroModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = PyroSample(dist.Normal(0.0, 1.0))
-
-        @pyro.nn.pyro_method
-        def model(self) -> torch.Tensor:
-            return self.w
-
-    needs_context = WithPyroSample()
-    assert without_param_registration(needs_context, "model") == needs_context.model
-    plain = type("Plain", (), {"model": lambda self: None})()
-    assert without_param_registration(plain, "model") == plain.model
-
-
-def test_training_without_param_registration_gives_the_registered_result(data, monkeypatch):
-    import ppl_vae.train.module as engine
-
-    unregistered = fit(small_vae(), TraceMeanField_ELBO(), data, steps=6, **FAST).model
-    monkeypatch.setattr(engine, "without_param_registration", getattr)
-    registered = fit(small_vae(), TraceMeanField_ELBO(), data, steps=6, **FAST).model
-    for (name, ours), (_, reference) in zip(unregistered.named_parameters(), registered.named_parameters(), strict=True):
-        assert torch.equal(ours, reference), name
-
-
 def test_replayed_loss_trains_to_the_history_and_parameters_of_the_eager_loss():
     generator = torch.Generator().manual_seed(3)
     data = {"target": torch.randn(64, 6, generator=generator), "background": torch.randn(64, 6, generator=generator)}
@@ -383,5 +337,5 @@ def test_replay_loss_names_what_it_cannot_be_combined_with(data):
             TrainConfig(replay_loss=True, **conflict)
     parted = PartedVAE.mlp((8,), z_dim=2, num_classes=3, u_dims=1, hidden=(8,))
     elbo = PartedELBO(z_capacity=LinearCapacity(0.0, 5.0, 100), u_capacity=LinearCapacity(0.0, 5.0, 100))
-    with pytest.raises(ValueError, match="set_training_step"):
+    with pytest.raises(ValueError, match="training step"):
         fit(parted, elbo, data, steps=2, replay_loss=True, **FAST)
