@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 
 from ppl_vae.data.base import TensorDictDataset
 from ppl_vae.data.celeba import CELEBA_ATTRIBUTES, CelebA
+from ppl_vae.data.counts import SyntheticCounts, contrastive_tensors
 from ppl_vae.data.dsprites import DSprites, DSpritesRenderer
 from ppl_vae.data.grassy_mnist import GrassTexture, GrassyMNIST, grass_texture
 from ppl_vae.data.mnist import MNIST, FashionMNIST, find_idx_files, read_idx
@@ -58,7 +59,9 @@ __all__ = [
     "GrassTexture",
     "GrassyMNIST",
     "Pinwheel",
+    "SyntheticCounts",
     "TensorDictDataset",
+    "contrastive_tensors",
     "find_idx_files",
     "grass_texture",
     "load_dataset",

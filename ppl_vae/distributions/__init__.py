@@ -1,6 +1,6 @@
 """Priors p(z) and distribution utilities for ppl_vae's models.
 
-Prior modules (``nn.Module``s with ``.dim`` and ``forward() -> TorchDistribution`` of
+Prior modules (``nn.Module`` subclasses with ``.dim`` and ``forward() -> TorchDistribution`` of
 event shape ``(dim,)``) live in :mod:`ppl_vae.distributions.priors`; the Bhattacharyya
 coefficient between diagonal Gaussians in :mod:`ppl_vae.distributions.bhattacharyya`; the
 fixed-scale Gaussian and Laplace likelihoods in :mod:`ppl_vae.distributions.fixed_scale`.

@@ -39,6 +39,7 @@ class FixedScaleNormal(dist.Normal):
         super().__init__(loc, torch.full((), self.fixed_scale, dtype=loc.dtype, device=loc.device), validate_args)
 
     def expand(self, batch_shape, _instance=None) -> FixedScaleNormal:
+        """The same distribution broadcast to ``batch_shape`` (the fixed scale is carried over)."""
         new = self._get_checked_instance(FixedScaleNormal, _instance)
         new.fixed_scale, new._log_normaliser = self.fixed_scale, self._log_normaliser
         return super().expand(batch_shape, _instance=new)
@@ -65,6 +66,7 @@ class FixedScaleLaplace(dist.Laplace):
         super().__init__(loc, torch.full((), self.fixed_scale, dtype=loc.dtype, device=loc.device), validate_args)
 
     def expand(self, batch_shape, _instance=None) -> FixedScaleLaplace:
+        """The same distribution broadcast to ``batch_shape`` (the fixed scale is carried over)."""
         new = self._get_checked_instance(FixedScaleLaplace, _instance)
         new.fixed_scale, new._log_normaliser = self.fixed_scale, self._log_normaliser
         return super().expand(batch_shape, _instance=new)

@@ -128,9 +128,11 @@ class PriorModule(nn.Module):
         self.dim = _check_dim(dim)
 
     def forward(self) -> TorchDistributionMixin:
+        """The prior p(z): batch shape ``()``, event shape ``(dim,)``."""
         raise NotImplementedError
 
     def extra_repr(self) -> str:
+        """The settings ``repr(prior)`` shows."""
         return f"dim={self.dim}"
 
 
@@ -142,6 +144,7 @@ class IsotropicGaussianPrior(PriorModule):
         self.register_buffer("loc", torch.zeros(self.dim))
 
     def forward(self) -> TorchDistributionMixin:
+        """N(0, I): batch shape ``()``, event shape ``(dim,)``."""
         return dist.Normal(self.loc, torch.ones_like(self.loc)).to_event(1)
 
 
@@ -229,10 +232,12 @@ class AnisotropicGaussianPrior(PriorModule):
         return trace_normalised_variances(self.log_variances, self.total_variance)
 
     def forward(self) -> TorchDistributionMixin:
+        """N(0, diag(v)): batch shape ``()``, event shape ``(dim,)``."""
         scale = self.variances.sqrt()
         return dist.Normal(torch.zeros_like(scale), scale).to_event(1)
 
     def extra_repr(self) -> str:
+        """The settings ``repr(prior)`` shows."""
         return f"dim={self.dim}, total_variance={self.total_variance}"
 
 
@@ -274,10 +279,12 @@ class StudentTPrior(PriorModule):
         return trace_normalised_variances(self.log_variances, self.total_variance).sqrt()
 
     def forward(self) -> TorchDistributionMixin:
+        """Independent Student-t factors: batch shape ``()``, event shape ``(dim,)``."""
         scale = self.scale
         return dist.StudentT(self.df, torch.zeros_like(scale), scale).to_event(1)
 
     def extra_repr(self) -> str:
+        """The settings ``repr(prior)`` shows."""
         return f"dim={self.dim}, df={float(self.df)}"
 
 
@@ -349,10 +356,12 @@ class MixtureOfGaussiansPrior(PriorModule):
         return self.log_variances.exp()
 
     def forward(self) -> TorchDistributionMixin:
+        """The mixture (``MixtureSameFamily``): batch shape ``()``, event shape ``(dim,)``."""
         components = dist.Normal(self.means, (0.5 * self.log_variances).exp()).to_event(1)
         return dist.MixtureSameFamily(dist.Categorical(probs=self.weights), components)
 
     def extra_repr(self) -> str:
+        """The settings ``repr(prior)`` shows."""
         return f"dim={self.dim}, num_components={self.num_components}"
 
 
@@ -390,6 +399,7 @@ class SparsePrior(PriorModule):
         self.register_buffer("component_scales", torch.tensor([1.0, self.sigma0]))
 
     def forward(self) -> TorchDistributionMixin:
+        """Independent spike-and-slab factors: batch shape ``()``, event shape ``(dim,)``."""
         shape = (self.dim, 2)
         scales = self.component_scales.expand(shape)
         components = dist.Normal(torch.zeros_like(scales), scales)
@@ -397,6 +407,7 @@ class SparsePrior(PriorModule):
         return dist.MixtureSameFamily(mixing, components).to_event(1)
 
     def extra_repr(self) -> str:
+        """The settings ``repr(prior)`` shows."""
         return f"dim={self.dim}, gamma={self.gamma}, sigma0={self.sigma0}"
 
 
@@ -435,6 +446,13 @@ class ClassConditionalGaussianPrior(nn.Module):
         return 2.0 * torch.tanh(self.log_variance_logit) - 1.0
 
     def forward(self, c: Tensor | None = None) -> TorchDistributionMixin:
+        """The class priors, event shape ``(dim,)`` (the cases are in the class docstring).
+
+        :param c: ``None`` (all K priors, batch shape ``(K,)``), class indices ``(...)`` or
+            one-hot weights ``(..., K)``.
+        :returns: A diagonal Gaussian of batch shape ``(K,)``, ``c.shape`` or ``c.shape[:-1]``.
+        :raises ValueError: class indices outside ``[0, K)``.
+        """
         loc, log_variance = self.loc, self.log_variance
         if c is None:
             pass
@@ -455,4 +473,5 @@ class ClassConditionalGaussianPrior(nn.Module):
         return dist.Normal(loc, (0.5 * log_variance).exp()).to_event(1)
 
     def extra_repr(self) -> str:
+        """The settings ``repr(prior)`` shows."""
         return f"num_classes={self.num_classes}, dim={self.dim}"

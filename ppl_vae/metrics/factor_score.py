@@ -132,6 +132,7 @@ def factor_score(
     4. Score = sum_d max_k votes[d, k] / total votes, on the same votes: no held-out split,
        so the score of an uninformative representation is above 1 / (number of varying
        factors) by a margin that shrinks as the number of votes grows. No vote kept: score 0.
+
     With ``num_images=None`` (default) all images are used (737,280 for dSprites, about
     7,370 votes per factor: the authors' full protocol); ``num_images=m`` runs the same
     protocol on a random subset of m images (about m / chunk_size votes per factor, every

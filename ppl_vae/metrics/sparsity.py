@@ -17,6 +17,7 @@ def hoyer_sparsity(z: Any) -> float:
     magnitude; the result is the mean over points, in [0, 1].
 
     Degenerate cases, without NaN:
+
     - a dimension with zero std (constant over the data, hence uninformative) is set to 0
       after normalisation; D stays the number of columns of ``z``;
     - a point that is all zeros after that has no defined sparsity and is left out of the

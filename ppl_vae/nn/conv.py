@@ -88,6 +88,10 @@ class ConvEncoder(nn.Module):
             self.conv.to(memory_format=_CHANNELS_LAST)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Features ``(B, hidden_dim)`` of images ``x: (B, channels, image_size, image_size)``.
+
+        :raises ValueError: ``x`` is not a batch of such images.
+        """
         _check_image_batch(x, self.channels, self.image_size)
         if self.channels_last:
             x = x.contiguous(memory_format=_CHANNELS_LAST)
@@ -143,6 +147,10 @@ class ConvDecoder(nn.Module):
             self.deconv.to(memory_format=_CHANNELS_LAST)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
+        """Pre-likelihood values ``(..., channels, image_size, image_size)`` of latents ``z: (..., latent_dim)``.
+
+        :raises ValueError: the last dimension of ``z`` is not ``latent_dim``.
+        """
         if z.shape[-1] != self.latent_dim:
             raise ValueError(
                 f"latent must have last dimension {self.latent_dim}, got shape {tuple(z.shape)}"

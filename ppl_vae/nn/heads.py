@@ -32,6 +32,7 @@ class GaussianHead(nn.Module):
         self.out_features = int(out_features)
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loc, scale)``, each ``(..., out_features)`` and at least float32, of features ``h: (..., in_features)``."""
         loc, raw_scale = full_precision(self.loc(h)), full_precision(self.raw_scale(h))
         return loc, F.softplus(raw_scale) + self.min_scale
 

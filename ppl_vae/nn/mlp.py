@@ -50,6 +50,7 @@ class Unflatten(nn.Module):
         self.shape = tuple(int(s) for s in shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (..., prod(shape))`` viewed as ``(..., *shape)``."""
         return x.reshape(*x.shape[:-1], *self.shape)
 
 
