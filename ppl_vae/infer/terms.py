@@ -230,14 +230,17 @@ class Capacity(Term):
         self.capacity = capacity
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean."""
         kl = all_gather(_kl(sites.guide_site(self.site), sites.model_site(self.site))).mean()
         target = kl.new_tensor(self.capacity())
         return (kl - target).abs(), {"kl": kl, "target": target}
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the latent site."""
         return sites.num_points(self.site)
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """The latent site, whose KL this term replaces."""
         return (self.site,)
 
 
@@ -287,6 +290,7 @@ class ClassTerm(Term):
         return tuple(declare())
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the first variable's u site."""
         return sites.num_points(self.class_variables(sites.module)[0].site)
 
     @staticmethod
@@ -334,9 +338,11 @@ class ClassCapacity(ClassTerm):
         self.capacity = capacity
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every u_i, whose KLs this term replaces."""
         return tuple(variable.site for variable in self.class_variables(module))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(|KL_u - C(t)|, {"kl": KL_u, "target": C(t)})``."""
         kl = 0.0
         for variable in self.class_variables(sites.module):
             q, _ = self.class_probabilities(variable, sites)
@@ -364,9 +370,11 @@ class ClassEntropy(ClassTerm):
         super().__init__(name, gamma, variables)
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every c_i, whose KL the entropy and aggregate terms replace."""
         return tuple(variable.class_site for variable in self.class_variables(module))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(sum_i mean_n H(q(c_i|x_n)), {})``."""
         variables = self.class_variables(sites.module)
         entropy = sites.model_site(variables[0].site)["value"].new_zeros(())
         for variable in variables:
@@ -390,9 +398,11 @@ class AggregateClassKL(ClassTerm):
         super().__init__(name, gamma, variables)
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every c_i, whose KL the entropy and aggregate terms replace."""
         return tuple(variable.class_site for variable in self.class_variables(module))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(sum_i KL(qhat(c_i) || p(c_i)), {})``."""
         variables = self.class_variables(sites.module)
         total = sites.model_site(variables[0].site)["value"].new_zeros(())
         for variable in variables:
@@ -432,6 +442,7 @@ class BhattacharyyaPenalty(ClassTerm):
         self.delta = float(delta)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(sum_i sum_{j<k} max(BC_jk - delta, 0), {})`` over the class priors."""
         total = 0.0
         for variable in self.class_variables(sites.module):
             priors = self.class_priors(variable, sites.module)
@@ -512,14 +523,17 @@ class AggregateDivergence(Term):
         self._aggregate_on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the latent site."""
         return sites.num_points(self.site)
 
     def replay_obstacle(self) -> str | None:
+        """With ``aggregate_data`` the whole set is re-encoded under activation checkpointing, which a recording would unroll."""
         if self.aggregate_data is not None:
             return f"{self.name} re-encodes the whole aggregate_data under activation checkpointing"
         return None
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(D(q(z), p(z)), {})``, the MMD or the inclusive KL."""
         guide_site = sites.guide_site(self.site)
         prior = sites.model_site(self.site)["fn"]
         prior_z = _prior_draws(prior)
@@ -638,6 +652,7 @@ class TotalCorrelation(Term):
         self._last_samples: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the salient site."""
         return sites.num_points(self.salient_site)
 
     def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -649,6 +664,7 @@ class TotalCorrelation(Term):
         return functional_call(self.discriminator, detached, (v,))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(mean_n logit D([s_n, z_n]), {})``; keeps the detached samples for the discriminator step."""
         s = sites.model_site(self.salient_site)["value"]
         z = sites.model_site(self.shared_site)["value"]
         self._last_samples = (s.detach(), z.detach())
@@ -661,6 +677,7 @@ class TotalCorrelation(Term):
         return {"salient_sample": self._last_samples[0], "shared_sample": self._last_samples[1]}
 
     def load_step_outputs(self, outputs: Mapping[str, torch.Tensor]) -> None:
+        """Take the samples of a replayed step (keys of :meth:`step_outputs`)."""
         if "salient_sample" in outputs:
             self._last_samples = (outputs["salient_sample"], outputs["shared_sample"])
 

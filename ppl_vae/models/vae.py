@@ -33,6 +33,7 @@ class StandardNormalPrior(nn.Module):
         self.register_buffer("scale", torch.ones(dim))
 
     def forward(self) -> dist.TorchDistribution:
+        """N(0, I_D) as a distribution with ``event_shape (D,)``."""
         return dist.Normal(self.loc, self.scale).to_event(1)
 
 

@@ -130,14 +130,17 @@ class CSVMetricsLogger(Logger):
 
     @property
     def name(self) -> str:
+        """``"csv"``."""
         return "csv"
 
     @property
     def version(self) -> str:
+        """``""``: one history per run directory."""
         return ""
 
     @property
     def save_dir(self) -> str:
+        """The run directory that holds ``metrics.csv``."""
         return str(self.path.parent)
 
     @rank_zero_only

@@ -233,6 +233,7 @@ class SVIModule(L.LightningModule):
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_fit_start(self) -> None:
+        """Shard the batches for this process and move them to the training device when asked."""
         self.batches.shard(self.global_rank, self.trainer.world_size)
         if self.config.data_on_device:
             self.batches.to(self.device)
@@ -240,6 +241,7 @@ class SVIModule(L.LightningModule):
             self.batches.pin_memory()
 
     def on_train_start(self) -> None:
+        """Restore the checkpoint's random state (or seed this process) and hand Lightning's optimiser wrappers to the training iteration."""
         world_size = self.trainer.world_size
         if isinstance(self._pending_rng, list) and len(self._pending_rng) == world_size:
             _set_rng_state(self._pending_rng[self.global_rank])
@@ -260,6 +262,7 @@ class SVIModule(L.LightningModule):
         return states
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add the iteration, every process's random state, the history and what identifies the model and objective."""
         checkpoint["ppl_vae"] = {
             "iteration": self.iteration,
             "rng": self._rng_states(),
@@ -270,6 +273,7 @@ class SVIModule(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restore the iteration, the history and the batch order; the random state is restored when training starts."""
         state = checkpoint["ppl_vae"]
         self.iteration = int(state["iteration"])
         self.history = list(state["history"])

@@ -92,14 +92,17 @@ class RunDirectory:
 
     @property
     def config_path(self) -> Path:
+        """``config.json``: every setting and the library versions."""
         return self.path / "config.json"
 
     @property
     def checkpoints(self) -> Path:
+        """The ``checkpoints`` folder."""
         return self.path / "checkpoints"
 
     @property
     def last_checkpoint(self) -> Path:
+        """``checkpoints/last.ckpt``, the checkpoint a resume starts from."""
         return self.checkpoints / "last.ckpt"
 
     @property
@@ -124,10 +127,12 @@ class RunDirectory:
 
     @property
     def pictures(self) -> Path:
+        """The ``pictures`` folder."""
         return self.path / "pictures"
 
     @property
     def metrics_path(self) -> Path:
+        """``metrics.json``: the final figures of the evaluation."""
         return self.path / "metrics.json"
 
     def write_config(self, config: dict[str, Any]) -> None:
