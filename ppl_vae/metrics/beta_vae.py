@@ -51,7 +51,7 @@ def beta_vae_score(
     1. One point: a factor k drawn uniformly among the factors with more than one value; two
        batches of ``batch_size`` images with factors drawn uniformly, the second batch's
        factor k set to the first's, image by image; the point's features are the mean over
-       the batch of |representation(first) - representation(second)| (D,), its label k.
+       the batch of ``|representation(first) - representation(second)|`` ``(D,)``, its label k.
     2. A logistic regression (scikit-learn's ``LogisticRegression``, lbfgs, multinomial,
        ``max_iter=1000``; disentanglement_lib used that class's defaults of its time) is
        fitted on ``n_train`` points; the score is its accuracy on ``n_eval`` fresh points.
