@@ -24,10 +24,12 @@ def test_train_writes_a_complete_run_directory_and_evaluate_rereads_it(tmp_path,
     assert json.loads((run / "metrics.json").read_text())["elbo_per_point"] == pytest.approx(metrics["elbo_per_point"])
 
 
-def test_resume_continues_a_run_from_its_directory(tmp_path):
+def test_resuming_a_finished_run_from_the_command_line_changes_no_file(tmp_path):
     run = tmp_path / "run"
     assert main(["train", "vae", "--run-dir", str(run), *TINY]) == 0
+    files = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()}
     assert main(["train", "--resume", str(run)]) == 0
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in run.rglob("*") if p.is_file()} == files
     assert json.loads((run / "metrics.json").read_text())["final_losses"]["step"] == 4
 
 

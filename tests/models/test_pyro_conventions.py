@@ -97,3 +97,20 @@ def test_two_instances_train_independently_with_plain_svi_and_pyro_optim(name):
         reference.step(**batch)
     for key, value in first.state_dict().items():
         torch.testing.assert_close(value, alone.state_dict()[key])
+
+
+def test_two_instances_train_independently_with_the_engine():
+    from ppl_vae import fit
+
+    torch.manual_seed(0)
+    first = vae()
+    torch.manual_seed(0)
+    second = vae()
+    initial = {k: v.clone() for k, v in second.state_dict().items()}
+    data = {"x": binary(32)}
+    settings = dict(steps=3, batch_size=16, lr=1e-2, progress_bar=False)
+    fit(first, MeanFieldELBO(), data, **settings)
+    assert all(torch.equal(v, initial[k]) for k, v in second.state_dict().items()), "training one moved the other"
+    fit(second, MeanFieldELBO(), data, **settings)
+    for key, value in first.state_dict().items():
+        torch.testing.assert_close(value, second.state_dict()[key])
