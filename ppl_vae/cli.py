@@ -216,7 +216,7 @@ def _sweep(args: argparse.Namespace) -> int:
         threads = max(1, (os.cpu_count() or 1) // args.jobs)
     out = Path(args.out) if args.out else _default_run_dir(f"sweep-{recipe.name}")
     jobs = plan_sweep(recipe.name, grid, seeds, out, overrides, args.demo_settings, threads)
-    table = run_sweep(jobs, out, parallel=args.jobs)
+    table = run_sweep(jobs, out, parallel=args.jobs, progress=args.progress)
     print(f"sweep table: {(out / 'sweep.json').resolve()} and sweep.csv")
     return 0 if all(run["status"] == "ok" for run in table["runs"]) else 1
 
@@ -302,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     sweep.add_argument("--jobs", type=int, default=1, help="jobs at once on a CPU-only machine (GPUs: one job per GPU)")
     sweep.add_argument("--out", help="sweep folder (default runs/sweep-MODEL-TIMESTAMP)")
+    sweep.add_argument("--no-progress", dest="progress", action="store_false", help="hide the bar of finished jobs")
     _settings_options(sweep, shared=True)
     sweep.set_defaults(handler=_sweep)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
+from tqdm import tqdm
 
 from ppl_vae._validation import integer, positive_integer
 from ppl_vae.train.run_dir import write_json_atomic
@@ -177,11 +178,14 @@ def _finish(job: SweepJob, returncode: int, started: float) -> None:
         job.status = f"failed (exit {returncode}; see {job.run_dir / 'sweep.log'})"
 
 
-def run_sweep(jobs: list[SweepJob], out: str | os.PathLike, parallel: int = 1, stream: TextIO = sys.stdout) -> dict:
+def run_sweep(
+    jobs: list[SweepJob], out: str | os.PathLike, parallel: int = 1, stream: TextIO = sys.stdout, progress: bool = True
+) -> dict:
     """Run ``jobs`` (from :func:`plan_sweep`) and write ``out/sweep.json`` and ``out/sweep.csv``.
 
     :param parallel: jobs at once on a CPU-only machine; with GPUs, one job per GPU.
     :param stream: where progress lines and the summary table are printed.
+    :param progress: a bar of finished jobs on stderr (shown only when stderr is a terminal).
     :returns: ``{"runs": [row, ...], "summary": [...]}``, as written to ``sweep.json``.
     :raises ValueError: for ``parallel`` < 1.
     """
@@ -190,6 +194,7 @@ def run_sweep(jobs: list[SweepJob], out: str | os.PathLike, parallel: int = 1, s
     free = _slots(parallel)
     waiting = list(jobs)
     running: list[tuple[SweepJob, subprocess.Popen, dict[str, str], float, TextIO]] = []
+    bar = tqdm(total=len(jobs), desc="sweep", unit="job", disable=None if progress else True, leave=False)
     while waiting or running:
         while waiting and free:
             job, slot = waiting.pop(0), free.pop(0)
@@ -210,11 +215,13 @@ def run_sweep(jobs: list[SweepJob], out: str | os.PathLike, parallel: int = 1, s
             running.remove(entry)
             free.append(slot)
             _finish(job, process.returncode, started)
+            bar.update(1)
             print(
                 f"[sweep] {job.status}: {_setting_label(job.settings)} seed={job.seed} ({job.seconds:.0f} s)",
                 file=stream,
                 flush=True,
             )
+    bar.close()
     table = {"runs": [job.row() for job in jobs], "summary": summarise(jobs)}
     write_json_atomic(out / "sweep.json", table)
     _write_csv(jobs, out / "sweep.csv")
