@@ -6,12 +6,16 @@ then ``Linear(1024 -> 256)``; the decoder mirrors it with transposed convolution
 The small pair is the same design with three stride-2 layers for 28x28 or 32x32 inputs
 (MNIST, Fashion-MNIST).
 
-Both run their convolutions in the channels-last memory format by default (weights and
-activations stored as N, H, W, C; the tensors keep their logical N, C, H, W shape, so
-nothing outside the network sees a difference beyond float rounding). On the CPU the
-oneDNN kernels are faster on it: forward and backward of the 64x64 encoder 50.5 -> 43.1 ms
-and of the decoder 69.2 -> 61.6 ms at batch 64 on one thread (``docs/performance.md``).
-Its effect on a GPU was not measured; ``channels_last=False`` gives the usual layout.
+Both run their convolutions in the channels-last memory format by default: the activations
+are stored as N, H, W, C (they keep their logical N, C, H, W shape, so nothing outside the
+network sees a difference beyond float rounding), and torch picks the channels-last kernels
+from them. The weights stay in the usual contiguous layout: Pyro's parameter store keeps a
+contiguous copy of every parameter it registers, so a channels-last weight would be a
+different tensor from the one ``pyro.optim`` updates under plain SVI (it would never train).
+On the CPU the oneDNN kernels are faster on channels-last activations (forward and backward
+of the 64x64 encoder 50.5 -> 43.1 ms and of the decoder 69.2 -> 61.6 ms at batch 64 on one
+thread, measured with channels-last weights too). Its effect on a GPU was not measured;
+``channels_last=False`` gives the usual layout.
 
 Every ReLU runs in place (``nn.ReLU(inplace=True)``): it overwrites the output of the
 layer before it, which only the ReLU reads (a convolution's and a linear layer's backward
@@ -55,7 +59,7 @@ class ConvEncoder(nn.Module):
     ``size`` 28 three with padding that maps 28 -> 14 -> 7 -> 4.
 
     :param bias: ``False`` builds bias-free layers (``encoder(0) = 0``).
-    :param channels_last: run the convolutions in the channels-last memory format (module
+    :param channels_last: run the convolutions on channels-last activations (module
         docstring).
     """
 
@@ -84,8 +88,6 @@ class ConvEncoder(nn.Module):
         self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), nn.ReLU(inplace=True))
         self.out_features = hidden_dim
         self.channels_last = bool(channels_last)
-        if self.channels_last:
-            self.conv.to(memory_format=_CHANNELS_LAST)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Features ``(B, hidden_dim)`` of images ``x: (B, channels, image_size, image_size)``.
@@ -105,7 +107,7 @@ class ConvDecoder(nn.Module):
     Mirrors :class:`ConvEncoder`: ``Linear(latent -> hidden -> 64*4*4)`` then
     transposed 4x4 stride-2 convolutions.
 
-    :param channels_last: run the transposed convolutions in the channels-last memory format
+    :param channels_last: run the transposed convolutions on channels-last activations
         (module docstring); the output is then channels-last too.
     """
 
@@ -143,8 +145,6 @@ class ConvDecoder(nn.Module):
         self.latent_dim = latent_dim
         self.output_shape = (channels, image_size, image_size)
         self.channels_last = bool(channels_last)
-        if self.channels_last:
-            self.deconv.to(memory_format=_CHANNELS_LAST)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """Pre-likelihood values ``(..., channels, image_size, image_size)`` of latents ``z: (..., latent_dim)``.

@@ -9,7 +9,7 @@ from pyro.infer import SVI, Predictive
 from ppl_vae.distributions import IsotropicGaussianPrior
 from ppl_vae.infer import ContrastiveELBO, MeanFieldELBO, PartedELBO
 from ppl_vae.models import VAE, ContrastiveVAE, DecompositionVAE, PartedVAE
-from ppl_vae.nn import MLP, mlp_decoder
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
 
 EVENT = (12,)
 
@@ -114,3 +114,18 @@ def test_two_instances_train_independently_with_the_engine():
     fit(second, MeanFieldELBO(), data, **settings)
     for key, value in first.state_dict().items():
         torch.testing.assert_close(value, second.state_dict()[key])
+
+
+@pytest.mark.parametrize("build", [lambda: VAE(ConvEncoder(28), ConvDecoder(3, 28), 3),
+                                   lambda: PartedVAE.conv(28, z_dim=2, hidden=32)], ids=["vae", "parted"])
+def test_plain_svi_with_pyro_optim_updates_every_parameter_of_a_conv_model(build):
+    """Pyro's param store keeps a contiguous copy of what it registers: every weight must be the
+    store's own tensor, or pyro.optim would step a copy and the network would never train."""
+    torch.manual_seed(0)
+    model = build()
+    objective = PartedELBO(labelled_group=None) if isinstance(model, PartedVAE) else MeanFieldELBO()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-2}), objective)
+    svi.step((torch.rand(8, 1, 28, 28) > 0.5).float())
+    frozen = [name for name, p in model.named_parameters() if torch.equal(p, before[name]) and "class_priors" not in name]
+    assert not frozen

@@ -58,9 +58,8 @@ def test_channels_last_networks_compute_what_the_usual_layout_computes(size, cha
     out.square().sum().backward()
     fast_out.square().sum().backward()
     torch.testing.assert_close(fast_encoder.conv[0].weight.grad, encoder.conv[0].weight.grad, rtol=1e-3, atol=1e-5)
-    assert fast_encoder.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
-    assert fast_decoder.deconv[0].weight.is_contiguous(memory_format=torch.channels_last)
-    assert not encoder.conv[2].weight.is_contiguous(memory_format=torch.channels_last)
+    # weights keep the usual layout: Pyro's param store would otherwise train a contiguous copy
+    assert all(p.is_contiguous() for p in (*fast_encoder.parameters(), *fast_decoder.parameters()))
 
 
 @pytest.mark.parametrize("size", [28, 64])
