@@ -18,7 +18,8 @@ def as_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, detached: bool = False) -> tuple[Figure, np.ndarray]:
-    """A figure with an ``(nrows, ncols)`` array of axes.
+    """A figure with an ``(nrows, ncols)`` array of axes, laid out by matplotlib's constrained
+    layout (titles and labels of neighbouring panels do not overlap).
 
     :param detached: ``False``: made by :func:`matplotlib.pyplot.subplots` with the backend the
         caller configured (a notebook shows it when the cell ends); ``True``: a
@@ -26,12 +27,12 @@ def new_figure(figsize: tuple[float, float], nrows: int = 1, ncols: int = 1, det
         to close), for :func:`save_figure`.
     """
     if detached:
-        fig = Figure(figsize=figsize)
+        fig = Figure(figsize=figsize, layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False)
     else:
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False)
+        fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
     return fig, axes
 
 
@@ -48,7 +49,9 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     dpi) and return the path. A figure pyplot knows is closed afterwards."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    engine = getattr(fig, "get_layout_engine", lambda: None)()
+    if engine is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=100)
     if fig.canvas.manager is not None:
         import matplotlib.pyplot as plt
