@@ -76,6 +76,7 @@ __all__ = [
     "Capacity",
     "ClassCapacity",
     "ClassEntropy",
+    "ClassTerm",
     "ClassVariable",
     "Term",
     "TermSites",
