@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from ppl_vae.train.run_dir import write_atomically
 
 
 class CheckpointError(RuntimeError):
@@ -34,18 +35,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None
     ) -> None:
         """Write ``checkpoint`` to ``path`` atomically: a temporary file, fsync, rename."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, lambda handle: torch.save(checkpoint, handle), binary=True)
 
 
 class IterationCheckpoint(L.Callback):

@@ -16,13 +16,14 @@ import csv
 import io
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
+
+from ppl_vae.train.run_dir import write_atomically
 
 __all__ = ["CSVMetricsLogger", "metrics_table_text", "read_training_metrics", "write_metrics_table"]
 
@@ -60,17 +61,7 @@ def write_metrics_table(path: str | os.PathLike, rows: Sequence[Mapping[str, flo
         return
     if path.is_file() and path.read_text() == text:
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0o600 would hide the file from other users
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda handle: handle.write(text))
 
 
 def read_training_metrics(run_dir: str | os.PathLike) -> dict[str, list[float]]:

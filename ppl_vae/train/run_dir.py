@@ -19,9 +19,10 @@ import json
 import os
 import platform
 import tempfile
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import lightning
 import pyro
@@ -35,22 +36,34 @@ class RunDirectoryExistsError(FileExistsError):
     """The run directory holds a previous run and neither overwrite nor resume was asked."""
 
 
-def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
-    """Write ``payload`` as indented JSON via a temporary file and a rename."""
+def write_atomically(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> None:
+    """Write the file at ``path`` through ``write(handle)`` atomically: a temporary file in the
+    same folder (readable by others, as a plain write would leave it), ``fsync``, rename. A
+    reader sees the old file or the new one, never a part; an interrupted write leaves only a
+    ``.<name>.*.tmp`` file, which :meth:`RunDirectory.remove_temporary_files` clears."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)  # mkstemp's 0o600 would hide the file from other users
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
+        with os.fdopen(fd, "wb" if binary else "w") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
+    """Write ``payload`` as indented JSON via a temporary file and a rename."""
+
+    def write(handle: IO) -> None:
+        json.dump(payload, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+
+    write_atomically(path, write)
 
 
 def versions() -> dict[str, str]:
