@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
 
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.terms import Term, TotalCorrelation, discriminator_loss, permute_shared
@@ -107,8 +106,3 @@ class ContrastiveELBO(MeanFieldELBO):
         """``logit D([s, z])`` per point ``(B,)``, D's parameters detached
         (:meth:`~ppl_vae.infer.terms.TotalCorrelation.log_density_ratio`)."""
         return self.total_correlation.log_density_ratio(s, z)
-
-    def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Detached ``s``, ``z`` from the guide on the target batch
-        (:meth:`~ppl_vae.infer.terms.TotalCorrelation.guide_samples`)."""
-        return self.total_correlation.guide_samples(model, **batch)

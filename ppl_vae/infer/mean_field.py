@@ -54,15 +54,7 @@ from torch.distributions import kl_divergence
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.infer.terms import Term, TermSites, check_weight
 
-__all__ = ["MeanFieldELBO", "replayed_traces", "scored_site"]
-
-
-def replayed_traces(model, guide, args: tuple, kwargs: dict[str, Any]) -> tuple[Trace, Trace]:
-    """``(model_trace, guide_trace)``: the guide run on ``args``/``kwargs``, the model replayed
-    against its samples, both pruned of subsample sites; no site is scored yet."""
-    guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-    model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-    return prune_subsample_sites(model_trace), prune_subsample_sites(guide_trace)
+__all__ = ["MeanFieldELBO", "scored_site"]
 
 
 def scored_site(trace: Trace, name: str) -> dict[str, Any]:
