@@ -17,6 +17,7 @@ _ENGINE = {
     "CheckpointError": "checkpoint",
     "FitResult": "fit",
     "NonFiniteLossError": "module",
+    "PeriodicEvaluation": "evaluation",
     "RunDirectory": "run_dir",
     "RunDirectoryExistsError": "run_dir",
     "SVIModule": "module",
