@@ -18,7 +18,6 @@ from ppl_vae.viz import (
     plot_reconstructions,
     plot_training_curves,
     plot_traversals,
-    read_metrics_csv,
     save_image_grid,
     save_ppc_plot,
     save_training_curves,
@@ -65,25 +64,25 @@ def write_metrics(path, rows):
     path.write_text("\n".join(rows) + "\n")
 
 
-def test_metrics_csv_rows_leave_out_empty_cells(tmp_path):
-    write_metrics(tmp_path / "metrics.csv", ["epoch,kl,loss,step", "0,1.5,,10", "0,,3.0,10", "0,0.5,2.0,20"])
-    assert read_metrics_csv(tmp_path) == [
-        {"epoch": 0.0, "kl": 1.5, "step": 10.0},
-        {"epoch": 0.0, "loss": 3.0, "step": 10.0},
-        {"epoch": 0.0, "kl": 0.5, "loss": 2.0, "step": 20.0},
-    ]
+def test_training_curves_from_a_file_skip_the_steps_where_a_term_was_not_logged(tmp_path):
+    write_metrics(tmp_path / "metrics.csv", ["step,kl,loss", "10,1.5,", "20,,3.0", "30,0.5,2.0"])
+    fig, ax = plt.subplots()
+    plot_training_curves(tmp_path, ax=ax)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["kl"].get_xdata()) == [10, 30] and list(lines["kl"].get_ydata()) == [1.5, 0.5]
+    assert list(lines["loss"].get_xdata()) == [20, 30]
 
 
-def test_metrics_csv_errors_name_the_file(tmp_path):
+def test_training_curves_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.csv"):
-        read_metrics_csv(tmp_path)
+        plot_training_curves(tmp_path)
     write_metrics(tmp_path / "metrics.csv", ["a,b", "1,2"])
-    with pytest.raises(ValueError, match="no 'step' column"):
-        read_metrics_csv(tmp_path / "metrics.csv")
+    with pytest.raises(ValueError, match="metrics.csv is not a metrics table"):
+        plot_training_curves(tmp_path / "metrics.csv")
 
 
 def test_training_curves_have_one_panel_per_term_and_log_scale_across_decades(tmp_path):
-    rows = ["step,elbo_loss,kl,epoch"] + [f"{s},{1e4 / s},{0.5 + 0.01 * s},0" for s in range(1, 101)]
+    rows = ["step,elbo_loss,kl"] + [f"{s},{1e4 / s},{0.5 + 0.01 * s}" for s in range(1, 101)]
     write_metrics(tmp_path / "metrics.csv", rows)
     fig = plot_training_curves(tmp_path)
     panels = [ax for ax in fig.axes if ax.get_visible()]

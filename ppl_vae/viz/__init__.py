@@ -28,7 +28,7 @@ from ppl_vae.viz.common import (
     traversal_images,
 )
 from ppl_vae.viz.ppc import plot_ppc, save_ppc_plot
-from ppl_vae.viz.training import plot_training_curves, read_metrics_csv, save_training_curves
+from ppl_vae.viz.training import plot_training_curves, save_training_curves
 
 __all__ = [
     "image_grid",
@@ -39,7 +39,6 @@ __all__ = [
     "plot_reconstructions",
     "plot_training_curves",
     "plot_traversals",
-    "read_metrics_csv",
     "save_density_comparison",
     "save_figure",
     "save_image_grid",

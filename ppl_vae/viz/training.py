@@ -1,7 +1,6 @@
 """Training curves: every logged term of a run against the training step."""
 from __future__ import annotations
 
-import csv
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -18,30 +17,17 @@ NOT_TERMS = (STEP, "epoch")
 Metrics = str | os.PathLike | Sequence[Mapping[str, float]]
 
 
-def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, float]]:
-    """The rows of a run's ``metrics.csv`` (``path`` is the file or the run directory), one
-    dict per row with the ``"step"`` and every term that row fills in (empty cells left out):
-    the form of :attr:`ppl_vae.FitResult.history`.
+def _curves(metrics: Metrics) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """term -> (steps, values) where the term was logged, in order of first appearance."""
+    if isinstance(metrics, (str, os.PathLike)):
+        from ppl_vae.train import read_training_metrics  # the engine's reader; Lightning loads on first use
 
-    :raises FileNotFoundError: no metrics.csv there.
-    :raises ValueError: a file without a ``step`` column.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.csv"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: the run logged no metrics (run_dir given to fit?)")
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        if STEP not in (reader.fieldnames or ()):
-            raise ValueError(f"{path} has no {STEP!r} column; columns: {reader.fieldnames}")
-        return [{key: float(value) for key, value in row.items() if key and value not in ("", None)} for row in reader]
-
-
-def _curves(rows: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """term -> (steps, values) over the rows that hold the term, in order of first appearance."""
+        table = {name: np.asarray(values, dtype=float) for name, values in read_training_metrics(metrics).items()}
+        steps = table.pop(STEP)
+        return {name: (steps[~np.isnan(values)], values[~np.isnan(values)])
+                for name, values in table.items() if name not in NOT_TERMS}
     curves: dict[str, tuple[list[float], list[float]]] = {}
-    for row in rows:
+    for row in metrics:
         for key, value in row.items():
             if key not in NOT_TERMS and STEP in row:
                 steps, values = curves.setdefault(key, ([], []))
@@ -58,8 +44,7 @@ def spans_decades(values: np.ndarray, decades: float = 2.0) -> bool:
 
 
 def _draw_curves(metrics: Metrics, ax, detached: bool) -> Figure:
-    rows = read_metrics_csv(metrics) if isinstance(metrics, (str, os.PathLike)) else metrics
-    curves = _curves(rows)
+    curves = _curves(metrics)
     if not curves:
         raise ValueError("metrics holds no logged term (only steps or nothing)")
     if ax is None:
