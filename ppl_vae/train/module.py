@@ -26,6 +26,7 @@ from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
+from ppl_vae.train.lr_schedules import PlateauSchedules
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -123,6 +124,7 @@ class SVIModule(L.LightningModule):
             model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps
+        self.plateau = PlateauSchedules(config.lr_plateau, ["elbo", *(step.name for step in self.steps)])
         claimed = {s.data_group for s in self.steps if s.data_group is not None}
         unknown = claimed - set(batches.groups)
         if unknown:
@@ -145,13 +147,20 @@ class SVIModule(L.LightningModule):
         self._current: dict[str, torch.Tensor] = {}
         self._pending_rng: dict[str, Any] | None = None
 
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The ELBO step's Adam, then one per auxiliary step (built by the training iteration)."""
-        return list(self.training_iteration.optimizers)
+    def configure_optimizers(self) -> list[torch.optim.Optimizer] | tuple[list, list]:
+        """The ELBO step's Adam, then one per auxiliary step (built by the training iteration),
+        and the plateau schedulers of ``config.lr_plateau`` (stepped by this module after each
+        iteration; Lightning saves and restores their state)."""
+        optimizers = list(self.training_iteration.optimizers)
+        if not self.plateau.names:
+            return optimizers
+        return optimizers, self.plateau.schedulers(optimizers)
 
     def _adam(self, params, lr: float) -> torch.optim.Optimizer:
         params = [p for p in params if p.requires_grad]
-        return torch.optim.Adam(params, lr=lr, betas=self.config.betas, **adam_implementation(params))
+        return torch.optim.Adam(
+            params, lr=lr, betas=self.config.betas, amsgrad=self.config.amsgrad, **adam_implementation(params)
+        )
 
     def training_step(self, block: list[TensorGroups], batch_idx: int) -> None:
         """Take the iterations of one block of minibatches; flush the logs at the end of
@@ -175,6 +184,10 @@ class SVIModule(L.LightningModule):
             self._logged_from = self.iteration
         self._logged.append(self._current)
         self.iteration += 1
+        if self.plateau.names:
+            schedulers = self.lr_schedulers()
+            schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
+            self.plateau.observe(self.iteration, self._current, schedulers, reduce=mean_over_processes)
 
     def _gradient_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -250,6 +263,7 @@ class SVIModule(L.LightningModule):
         elif world_size > 1:
             seed_process(self.config.seed + self.iteration)
         self._pending_rng = None
+        self.plateau.set_windows(self.batches.batches_per_pass(self.elbo_groups[0]))
         optimizers = self.optimizers()
         self.training_iteration.optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
 
@@ -270,6 +284,7 @@ class SVIModule(L.LightningModule):
             "model_class": type(self.model).__qualname__,
             "objective_class": type(self.objective).__qualname__,
             "architecture": architecture(self),
+            "lr_plateau": self.plateau.state_dict(reduce=mean_over_processes),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -279,3 +294,4 @@ class SVIModule(L.LightningModule):
         self.history = list(state["history"])
         self.batches.seek(self.iteration)
         self._pending_rng = state["rng"]
+        self.plateau.load_state_dict(state.get("lr_plateau", {}))
