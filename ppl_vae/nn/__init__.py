@@ -4,6 +4,7 @@ Encoders map data to features, :class:`GaussianHead` maps features to a Gaussian
 ``(loc, scale)``, decoders map latents to the parameters of the likelihood;
 :func:`full_precision` brings a network output back to float32 under mixed precision.
 """
+from ppl_vae.nn.activations import ACTIVATIONS, activation
 from ppl_vae.nn.attention import AttentionGate
 from ppl_vae.nn.conv import ConvDecoder, ConvEncoder
 from ppl_vae.nn.discriminator import DISCRIMINATORS, TCDiscriminator
@@ -12,6 +13,7 @@ from ppl_vae.nn.mlp import MLP, Unflatten, mlp_decoder
 from ppl_vae.nn.precision import full_precision
 
 __all__ = [
+    "ACTIVATIONS",
     "DISCRIMINATORS",
     "AttentionGate",
     "ConvDecoder",
@@ -20,6 +22,7 @@ __all__ = [
     "MLP",
     "TCDiscriminator",
     "Unflatten",
+    "activation",
     "full_precision",
     "mlp_decoder",
 ]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, mlp_decoder
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, activation, mlp_decoder
 
 
 @pytest.mark.parametrize("size", [28, 32, 64])
@@ -83,3 +83,31 @@ def test_in_place_relus_give_the_values_and_gradients_of_out_of_place_ones(size)
     for fast_net, plain_net in zip(fast, plain, strict=True):
         for (name, a), b in zip(fast_net.named_parameters(), plain_net.parameters(), strict=True):
             assert torch.equal(a.grad, b.grad), name
+
+
+@pytest.mark.parametrize("size", [28, 32, 64])
+def test_leaky_top_activation_follows_the_last_convolution_and_the_linear_layer(size):
+    encoder = ConvEncoder(size, hidden_dim=8, top_activation="leaky_relu", negative_slope=0.1)
+    kinds = [type(m).__name__ for m in encoder.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.LeakyReLU))]
+    assert kinds == ["ReLU"] * (len(kinds) - 2) + ["LeakyReLU", "LeakyReLU"]
+    linear = encoder.fc[1]
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.bias.fill_(-2.0)
+    torch.testing.assert_close(encoder(torch.rand(3, 1, size, size)), torch.full((3, 8), -0.2))
+    relu_encoder = ConvEncoder(size, hidden_dim=8)
+    assert not any(isinstance(m, torch.nn.LeakyReLU) for m in relu_encoder.modules())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"top_activation": "gelu"}, r"activation must be one of \('relu', 'leaky_relu'\), got 'gelu'"),
+        ({"top_activation": "leaky_relu", "negative_slope": -0.1}, "negative_slope must be a finite number >= 0, got -0.1"),
+    ],
+)
+def test_bad_activation_settings_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ConvEncoder(64, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        activation(kwargs["top_activation"], kwargs.get("negative_slope", 0.01))
