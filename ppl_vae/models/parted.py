@@ -179,7 +179,7 @@ class PartedVAE(PyroModule):
         num_u = sum(_u_sizes(num_classes, u_dims))
         encoder = ConvEncoder(
             image_size, channels, hidden_dim=hidden, channels_last=channels_last,
-            top_activation=top_activation, negative_slope=negative_slope,
+            last_conv_activation=top_activation, hidden_activation=top_activation, negative_slope=negative_slope,
         )
         decoder = ConvDecoder(z_dim + num_u, image_size, channels, hidden_dim=hidden, channels_last=channels_last)
         return cls(encoder, decoder, z_dim, num_classes, u_dims, **kwargs)

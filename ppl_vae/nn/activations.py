@@ -5,12 +5,12 @@ import math
 
 from torch import nn
 
-ACTIVATIONS = ("relu", "leaky_relu")
+ACTIVATIONS = ("relu", "leaky_relu", "identity")
 
 
 def activation(name: str, negative_slope: float = 0.01) -> nn.Module:
-    """An in-place activation module: ``"relu"``, or ``"leaky_relu"`` with ``negative_slope``
-    (the slope for negative inputs, >= 0; ignored by ``"relu"``).
+    """An in-place activation module: ``"relu"``, ``"leaky_relu"`` with ``negative_slope``
+    (the slope for negative inputs, >= 0; ignored by the others) or ``"identity"`` (none).
 
     :raises ValueError: an unknown ``name`` or a negative or non-finite ``negative_slope``.
     """
@@ -22,4 +22,6 @@ def activation(name: str, negative_slope: float = 0.01) -> nn.Module:
         raise ValueError(f"negative_slope must be a finite number >= 0, got {negative_slope!r}")
     if name == "relu":
         return nn.ReLU(inplace=True)
+    if name == "identity":
+        return nn.Identity()
     return nn.LeakyReLU(float(negative_slope), inplace=True)

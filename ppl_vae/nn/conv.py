@@ -63,10 +63,11 @@ class ConvEncoder(nn.Module):
     :param bias: ``False`` builds bias-free layers (``encoder(0) = 0``).
     :param channels_last: run the convolutions on channels-last activations (module
         docstring).
-    :param top_activation: the activation after the last convolution and after the linear
-        layer, ``"relu"`` or ``"leaky_relu"`` (:func:`~ppl_vae.nn.activations.activation`); the
-        other convolutions are always followed by ReLU. The PartedVAE authors' encoders use
-        ``"leaky_relu"`` with slope 0.1 there.
+    :param last_conv_activation: the activation after the last convolution, by name
+        (:func:`~ppl_vae.nn.activations.activation`); the other convolutions are always
+        followed by ReLU. The PartedVAE authors use ``"leaky_relu"`` with slope 0.1.
+    :param hidden_activation: the activation after the linear layer. The PartedVAE authors
+        use ``"leaky_relu"`` with slope 0.1, the Decomposition VAE authors ``"identity"``.
     :param negative_slope: the slope of ``"leaky_relu"`` for negative inputs.
     """
 
@@ -78,17 +79,18 @@ class ConvEncoder(nn.Module):
         bias: bool = True,
         conv_channels: Sequence[int] | None = None,
         channels_last: bool = True,
-        top_activation: str = "relu",
+        last_conv_activation: str = "relu",
+        hidden_activation: str = "relu",
         negative_slope: float = 0.01,
     ) -> None:
         super().__init__()
         conv_channels = _conv_channels(image_size, conv_channels)
-        activation(top_activation, negative_slope)  # refuses a bad name or slope before building
+        top = activation(hidden_activation, negative_slope)  # refuses a bad name or slope before building
         layers: list[nn.Module] = []
         c_in = channels
         for i, c_out in enumerate(conv_channels):
             padding = 2 if (image_size == 28 and i == 2) else 1
-            after = top_activation if i == len(conv_channels) - 1 else "relu"
+            after = last_conv_activation if i == len(conv_channels) - 1 else "relu"
             layers += [nn.Conv2d(c_in, c_out, 4, 2, padding, bias=bias), activation(after, negative_slope)]
             c_in = c_out
         self.conv = nn.Sequential(*layers)
@@ -96,9 +98,7 @@ class ConvEncoder(nn.Module):
         self.channels = channels
         with torch.no_grad():
             flat = self.conv(torch.zeros(1, channels, image_size, image_size)).numel()
-        self.fc = nn.Sequential(
-            nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), activation(top_activation, negative_slope)
-        )
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), top)
         self.out_features = hidden_dim
         self.channels_last = bool(channels_last)
 
