@@ -8,7 +8,7 @@ Factor-score votes: ``ppl_vae.metrics.disentanglement_scores``) and the reconstr
 log-likelihood.
 
     python experiments/decomposition/priors_dsprites.py                  # reduced CPU settings
-    python experiments/decomposition/priors_dsprites.py --full --device cuda
+    python experiments/decomposition/priors_dsprites.py --full --device cuda   # + AMSGrad, the authors' networks
     python experiments/decomposition/priors_dsprites.py --seeds 1 --steps 5 --num-train 500 --votes 20  # smoke test
 """
 from __future__ import annotations
@@ -65,8 +65,8 @@ def main() -> None:
             )
             if args.full:  # AMSGrad, the authors' dSprites networks; Student-t: batch 256, 40 epochs (the paper)
                 config = authors_settings(config)
-                if prior == "student-t" and not args.steps:
-                    config.train = dataclasses.replace(config.train, batch_size=256, steps=40 * 737280 // 256)
+                if prior == "student-t":
+                    config.train = dataclasses.replace(config.train, batch_size=256, steps=args.steps or 40 * 737280 // 256)
             model, figures = train_and_evaluate(config, out / f"{prior}_seed{seed}")
             variances = model.prior().variance.detach().numpy().round(3).tolist()
             scores = disentanglement_scores(_image_encoder(model, flatten), DSprites(), votes=votes, seed=seed)
