@@ -78,7 +78,8 @@ class TrainConfig:
     :param lr_plateau: learning-rate schedules on a plateau of a step's loss, by step name:
         ``"elbo"`` for the ELBO step, an auxiliary step's name (``"classifier"``,
         ``"discriminator"``) for its optimiser, each an :class:`LRPlateau` (or a mapping of its
-        fields); a step not named keeps its rate. Empty: no schedule.
+        fields); a step not named keeps its rate. Empty: no schedule. Each scheduled rate is
+        logged with the losses as ``lr/NAME``.
     :param seed: seeds torch, numpy, Python and the batch order.
     :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when available).
     :param devices: number of devices (processes under data parallelism).

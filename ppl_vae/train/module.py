@@ -185,9 +185,12 @@ class SVIModule(L.LightningModule):
         self._logged.append(self._current)
         self.iteration += 1
         if self.plateau.names:
-            schedulers = self.lr_schedulers()
-            schedulers = schedulers if isinstance(schedulers, list) else [schedulers]
-            self.plateau.observe(self.iteration, self._current, schedulers, reduce=mean_over_processes)
+            self.plateau.observe(self.iteration, self._current, self._plateau_schedulers(), reduce=mean_over_processes)
+
+    def _plateau_schedulers(self) -> list[Any]:
+        """Lightning's plateau schedulers, in ``self.plateau.names``' order."""
+        schedulers = self.lr_schedulers() if self.plateau.names else []
+        return schedulers if isinstance(schedulers, list) else [schedulers]
 
     def _gradient_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -231,6 +234,8 @@ class SVIModule(L.LightningModule):
         means = mean_over_processes(local)
         self._check_finite(means)
         record = dict(zip(names, means.tolist(), strict=True))
+        for name, scheduler in zip(self.plateau.names, self._plateau_schedulers(), strict=True):
+            record[f"lr/{name}"] = scheduler.get_last_lr()[0]
         self._logged = []
         record["step"] = self.iteration
         self.history.append(record)

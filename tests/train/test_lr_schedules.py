@@ -69,6 +69,14 @@ def test_each_optimisers_rate_is_halved_after_a_plateau_of_its_own_loss(data):
     assert [r[1] for r in rates.rates] == [1e-2] * 32
 
 
+def test_the_scheduled_rates_are_logged_with_the_losses(data):
+    elbo = windows(10, 5, 5, 5, size=4)
+    result = fit(small_vae(), ScriptedLosses(elbo, elbo), data, steps=16,
+                 lr_plateau={"elbo": {"every_n_steps": 4, "factor": 0.5, "patience": 0}}, **FAST)
+    assert [(r["step"], r["lr/elbo"]) for r in result.history] == [(5, 1e-2), (10, 1e-2), (15, 5e-3), (16, 2.5e-3)]
+    assert "lr/classifier" not in result.history[0]
+
+
 def test_the_classifier_rate_is_halved_after_a_plateau_of_the_classifier_loss_alone(data):
     elbo = windows(8, 7, 6, 5, size=4)
     classifier = windows(3, 3, 3, 3, size=4)
