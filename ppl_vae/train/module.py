@@ -95,6 +95,11 @@ class SVIModule(L.LightningModule):
     values that were, and the parameters whose gradients are, and a non-finite value never
     reaches a checkpoint.
 
+    The optimisers named in ``config.lr_plateau`` get a ``ReduceLROnPlateau`` each
+    (:class:`~ppl_vae.train.lr_schedules.PlateauSchedules`), stepped after the iteration that
+    ends each window with the window's mean of that step's loss; the rates are logged as
+    ``lr/NAME``.
+
     On several processes (DDP) each process trains on its own rows of the global batch;
     batch-level terms are computed over the global batch (each step runs inside
     :func:`~ppl_vae.infer.distributed.global_batch`), processes draw their noise from
@@ -184,8 +189,7 @@ class SVIModule(L.LightningModule):
             self._logged_from = self.iteration
         self._logged.append(self._current)
         self.iteration += 1
-        if self.plateau.names:
-            self.plateau.observe(self.iteration, self._current, self._plateau_schedulers(), reduce=mean_over_processes)
+        self.plateau.observe(self.iteration, self._current, self._plateau_schedulers(), reduce=mean_over_processes)
 
     def _plateau_schedulers(self) -> list[Any]:
         """Lightning's plateau schedulers, in ``self.plateau.names``' order."""
