@@ -93,3 +93,27 @@ def test_a_bad_plateau_setting_is_refused_naming_the_field():
         with_overrides(PartedConfig(), {"train.lr_plateau": '{"elbo": {"factor": 2}}'})
     with pytest.raises(SettingError, match=r"unknown setting 'fctor'; did you mean 'factor'"):
         with_overrides(PartedConfig(), {"train.lr_plateau": '{"elbo": {"fctor": 0.5}}'})
+
+
+def test_contrastive_glorot_init_reaches_every_layer_of_the_model():
+    from ppl_vae.recipes.configs import ContrastiveConfig
+    from ppl_vae.recipes.contrastive import build_untrained as contrastive_model
+
+    inputs = {"event_shape": [20], "target_size": 50, "background_size": 50}
+    model, _ = contrastive_model(ContrastiveConfig(hidden=16, weight_init="glorot"), inputs)
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(layers) == 8  # two encoders with two heads each, and the decoder's two layers
+    for layer in layers:
+        bound = (6 / (layer.in_features + layer.out_features)) ** 0.5
+        assert torch.equal(layer.bias, torch.zeros_like(layer.bias)) and layer.weight.abs().max() <= bound
+    default, _ = contrastive_model(ContrastiveConfig(hidden=16), inputs)
+    assert any((m.bias != 0).any() for m in default.modules() if isinstance(m, torch.nn.Linear))
+    with pytest.raises(SettingError, match="weight_init must be one of \\('torch', 'glorot'\\), got 'he'"):
+        ContrastiveConfig(weight_init="he")
+
+
+def test_the_configs_name_the_choices_the_networks_take():
+    from ppl_vae import nn as networks
+    from ppl_vae.recipes import configs
+
+    assert configs.ACTIVATIONS == networks.ACTIVATIONS and configs.WEIGHT_INITS == networks.WEIGHT_INITS

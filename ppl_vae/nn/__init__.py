@@ -9,6 +9,7 @@ from ppl_vae.nn.attention import AttentionGate
 from ppl_vae.nn.conv import ConvDecoder, ConvEncoder
 from ppl_vae.nn.discriminator import DISCRIMINATORS, TCDiscriminator
 from ppl_vae.nn.heads import GaussianHead
+from ppl_vae.nn.init import WEIGHT_INITS, initialise
 from ppl_vae.nn.mlp import MLP, Unflatten, mlp_decoder
 from ppl_vae.nn.precision import full_precision
 
@@ -22,7 +23,9 @@ __all__ = [
     "MLP",
     "TCDiscriminator",
     "Unflatten",
+    "WEIGHT_INITS",
     "activation",
     "full_precision",
+    "initialise",
     "mlp_decoder",
 ]

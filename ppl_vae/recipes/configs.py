@@ -23,6 +23,7 @@ CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
 PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
 ACTIVATIONS = ("relu", "leaky_relu", "identity")
 CLASS_PRIOR_INITS = ("zeros", "randn")
+WEIGHT_INITS = ("torch", "glorot")
 
 
 def at_least(config: Any, minimum: float, *names: str) -> None:
@@ -196,6 +197,8 @@ class ContrastiveConfig:
     :param shared_dim: D_z, the shared latent dimensions.
     :param hidden: width of the encoders' and decoder's hidden layer (the paper: 128).
     :param bias: false for bias-free networks (what the paper uses when denoising).
+    :param weight_init: how the model's layers start: "torch" (torch's defaults) or "glorot"
+        (Glorot-uniform weights, zero biases: Keras's defaults, which the authors' code has).
     :param likelihood: None picks a Gaussian for images, with scale
         :func:`~ppl_vae.recipes.contrastive.grassy_likelihood_scale` unless
         ``likelihood_scale`` is set, and the negative binomial for counts.
@@ -215,6 +218,7 @@ class ContrastiveConfig:
     shared_dim: int = 2
     hidden: int = 128
     bias: bool = True
+    weight_init: str = "torch"
     likelihood: str | None = None
     likelihood_scale: float | None = None
     gamma: float = 1.0
@@ -226,6 +230,7 @@ class ContrastiveConfig:
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
+        one_of(self, "weight_init", WEIGHT_INITS)
         at_least(self, 0, "amplitude", "background_noise", "gamma")
         at_least(self, 2, "num_target")
         at_least(self, 1, "salient_dim", "shared_dim", "hidden")

@@ -128,3 +128,17 @@ def test_activations_by_name():
     assert activation("leaky_relu", 0.1).negative_slope == 0.1
     with pytest.raises(ValueError, match="negative_slope must be a finite number >= 0, got nan"):
         activation("leaky_relu", float("nan"))
+
+
+def test_glorot_init_redraws_linear_and_convolution_layers_and_torch_init_keeps_them():
+    from ppl_vae.nn import initialise
+
+    torch.manual_seed(0)
+    encoder = ConvEncoder(28, hidden_dim=8)
+    before = [p.detach().clone() for p in encoder.parameters()]
+    assert all(torch.equal(p, q) for p, q in zip(initialise(encoder, "torch").parameters(), before, strict=True))
+    initialise(encoder, "glorot")
+    assert all(torch.equal(layer.bias, torch.zeros_like(layer.bias))
+               for layer in encoder.modules() if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)))
+    with pytest.raises(ValueError, match=r"weight init scheme must be one of \('torch', 'glorot'\), got 'he'"):
+        initialise(encoder, "he")
