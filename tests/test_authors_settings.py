@@ -12,7 +12,7 @@ from ppl_vae.recipes.decomposition import authors_settings as decomposition_auth
 from ppl_vae.recipes.decomposition import build_untrained as decomposition_model
 from ppl_vae.recipes.parted import authors_lr_plateau, build_model, mnist_config
 from ppl_vae.recipes.parted import authors_settings as parted_authors
-from ppl_vae.train.config import LRPlateau
+from ppl_vae.train import LRPlateau
 
 
 def test_parted_network_options_reach_the_model():

@@ -25,8 +25,7 @@ from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import TrainingData, load_training_data
 from ppl_vae.recipes.configs import PartedConfig
 from ppl_vae.recipes.registry import RECIPES
-from ppl_vae.train import TrainConfig
-from ppl_vae.train.config import LRPlateau
+from ppl_vae.train import LRPlateau, TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.parted import save_parted_pictures
 

@@ -9,8 +9,7 @@ from test_engine import FAST, Interrupt, InterruptAt, small_vae
 from ppl_vae import fit
 from ppl_vae.infer import AuxiliaryStep, LinearCapacity, PartedELBO, training_step
 from ppl_vae.models import PartedVAE
-from ppl_vae.train import TrainConfig, read_checkpoint
-from ppl_vae.train.config import LRPlateau
+from ppl_vae.train import LRPlateau, TrainConfig, read_checkpoint
 
 
 @pytest.fixture
