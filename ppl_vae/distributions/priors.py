@@ -416,8 +416,8 @@ class ClassConditionalGaussianPrior(nn.Module):
 
     Means start from N(0, 1); log-variances are bounded, ``logvar = 2 tanh(w) - 1``, so
     each std lies in ``(exp(-1.5), exp(0.5))`` = (0.22, 1.65), as in the PartedVAE authors' code. ``w`` starts
-    at 0, the middle of that range (logvar = -1), where tanh's gradient is largest (the
-    notes do not record the authors' initial value).
+    at 0 by default, the middle of that range (logvar = -1), where tanh's gradient is largest;
+    ``log_variance_init="randn"`` draws it from N(0, 1), as the authors do.
 
     Calling the module:
 
@@ -431,14 +431,20 @@ class ClassConditionalGaussianPrior(nn.Module):
 
     :param num_classes: number of values K of the categorical variable.
     :param dim: dimension of u.
+    :param log_variance_init: how ``w`` starts: ``"zeros"`` or ``"randn"`` (N(0, 1)).
     """
 
-    def __init__(self, num_classes: int, dim: int) -> None:
+    LOG_VARIANCE_INITS = ("zeros", "randn")
+
+    def __init__(self, num_classes: int, dim: int, log_variance_init: str = "zeros") -> None:
         super().__init__()
         self.num_classes = _check_dim(num_classes, "num_classes")
         self.dim = _check_dim(dim)
+        if log_variance_init not in self.LOG_VARIANCE_INITS:
+            raise ValueError(f"log_variance_init must be one of {self.LOG_VARIANCE_INITS}, got {log_variance_init!r}")
         self.loc = nn.Parameter(torch.randn(self.num_classes, self.dim))
-        self.log_variance_logit = nn.Parameter(torch.zeros(self.num_classes, self.dim))
+        start = torch.randn if log_variance_init == "randn" else torch.zeros
+        self.log_variance_logit = nn.Parameter(start(self.num_classes, self.dim))
 
     @property
     def log_variance(self) -> Tensor:

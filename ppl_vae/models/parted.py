@@ -92,6 +92,9 @@ class PartedVAE(PyroModule):
         ``LinearSchedule.from_rate(1, 2e-4, 8)`` (the authors'); at evaluation (``eval()``
         mode and in :meth:`encode`) k is the schedule's end value.
     :param data_size: N; when set, per-point sites are scaled by N / B.
+    :param class_prior_init: how the class priors' log-variance parameters start
+        (:class:`~ppl_vae.distributions.ClassConditionalGaussianPrior`): ``"zeros"``, or
+        ``"randn"`` as in the authors' code.
 
     Differences from the authors' code: their heads output log-variances; here
     :class:`~ppl_vae.nn.GaussianHead` gives ``softplus(.) + 1e-4`` scales (no overflow).
@@ -111,6 +114,7 @@ class PartedVAE(PyroModule):
         temperature: float = 0.67,
         sharpness: LinearSchedule | None = None,
         data_size: int | None = None,
+        class_prior_init: str = "zeros",
     ) -> None:
         super().__init__(name=unique_pyro_name(type(self).__name__))
         if isinstance(z_dim, bool) or not isinstance(z_dim, int) or z_dim < 1:
@@ -134,7 +138,8 @@ class PartedVAE(PyroModule):
         self.attention = nn.ModuleList(AttentionGate(size, features) for size in num_classes)
         self.u_heads = nn.ModuleList(GaussianHead(features, dim) for dim in u_dims)
         self.class_priors = nn.ModuleList(
-            ClassConditionalGaussianPrior(size, dim) for size, dim in zip(num_classes, u_dims, strict=True)
+            ClassConditionalGaussianPrior(size, dim, class_prior_init)
+            for size, dim in zip(num_classes, u_dims, strict=True)
         )
         for i, probs in enumerate(self._class_probs(class_probs, num_classes)):
             self.register_buffer(f"class_probs_{i}", probs)
@@ -157,6 +162,8 @@ class PartedVAE(PyroModule):
         channels: int = 1,
         hidden: int = 256,
         channels_last: bool = True,
+        top_activation: str = "relu",
+        negative_slope: float = 0.01,
         **kwargs,
     ) -> PartedVAE:
         """The authors' convolutional pair: :class:`~ppl_vae.nn.ConvEncoder` to
@@ -164,10 +171,16 @@ class PartedVAE(PyroModule):
         Defaults are the authors' dSprites sizes (z 5, c [3], u 1).
 
         :param channels_last: the networks' memory format (see :mod:`ppl_vae.nn.conv`).
+        :param top_activation: the encoder's activation after its last convolution and its
+            linear layer; the authors': ``"leaky_relu"`` with ``negative_slope=0.1``.
+        :param negative_slope: the slope of ``"leaky_relu"`` for negative inputs.
         :param kwargs: passed to the constructor (``likelihood``, ``temperature``, ...).
         """
         num_u = sum(_u_sizes(num_classes, u_dims))
-        encoder = ConvEncoder(image_size, channels, hidden_dim=hidden, channels_last=channels_last)
+        encoder = ConvEncoder(
+            image_size, channels, hidden_dim=hidden, channels_last=channels_last,
+            last_conv_activation=top_activation, hidden_activation=top_activation, negative_slope=negative_slope,
+        )
         decoder = ConvDecoder(z_dim + num_u, image_size, channels, hidden_dim=hidden, channels_last=channels_last)
         return cls(encoder, decoder, z_dim, num_classes, u_dims, **kwargs)
 

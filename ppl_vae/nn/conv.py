@@ -17,7 +17,7 @@ of the 64x64 encoder 50.5 -> 43.1 ms and of the decoder 69.2 -> 61.6 ms at batch
 thread, measured with channels-last weights too). Its effect on a GPU was not measured;
 ``channels_last=False`` gives the usual layout.
 
-Every ReLU runs in place (``nn.ReLU(inplace=True)``): it overwrites the output of the
+Every activation runs in place (``nn.ReLU(inplace=True)``, likewise ``nn.LeakyReLU``): it overwrites the output of the
 layer before it, which only the ReLU reads (a convolution's and a linear layer's backward
 pass need their input and weight, not their output), so the values and gradients are
 exactly those of out-of-place ReLUs. It saves one activation-sized allocation and write per
@@ -32,6 +32,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+
+from ppl_vae.nn.activations import activation
 
 _CHANNELS_64 = (32, 32, 64, 64)
 _CHANNELS_LAST = torch.channels_last
@@ -61,6 +63,12 @@ class ConvEncoder(nn.Module):
     :param bias: ``False`` builds bias-free layers (``encoder(0) = 0``).
     :param channels_last: run the convolutions on channels-last activations (module
         docstring).
+    :param last_conv_activation: the activation after the last convolution, by name
+        (:func:`~ppl_vae.nn.activations.activation`); the other convolutions are always
+        followed by ReLU. The PartedVAE authors use ``"leaky_relu"`` with slope 0.1.
+    :param hidden_activation: the activation after the linear layer. The PartedVAE authors
+        use ``"leaky_relu"`` with slope 0.1, the Decomposition VAE authors ``"identity"``.
+    :param negative_slope: the slope of ``"leaky_relu"`` for negative inputs.
     """
 
     def __init__(
@@ -71,21 +79,26 @@ class ConvEncoder(nn.Module):
         bias: bool = True,
         conv_channels: Sequence[int] | None = None,
         channels_last: bool = True,
+        last_conv_activation: str = "relu",
+        hidden_activation: str = "relu",
+        negative_slope: float = 0.01,
     ) -> None:
         super().__init__()
         conv_channels = _conv_channels(image_size, conv_channels)
+        top = activation(hidden_activation, negative_slope)  # refuses a bad name or slope before building
         layers: list[nn.Module] = []
         c_in = channels
         for i, c_out in enumerate(conv_channels):
             padding = 2 if (image_size == 28 and i == 2) else 1
-            layers += [nn.Conv2d(c_in, c_out, 4, 2, padding, bias=bias), nn.ReLU(inplace=True)]
+            after = last_conv_activation if i == len(conv_channels) - 1 else "relu"
+            layers += [nn.Conv2d(c_in, c_out, 4, 2, padding, bias=bias), activation(after, negative_slope)]
             c_in = c_out
         self.conv = nn.Sequential(*layers)
         self.image_size = image_size
         self.channels = channels
         with torch.no_grad():
             flat = self.conv(torch.zeros(1, channels, image_size, image_size)).numel()
-        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), nn.ReLU(inplace=True))
+        self.fc = nn.Sequential(nn.Flatten(), nn.Linear(flat, hidden_dim, bias=bias), top)
         self.out_features = hidden_dim
         self.channels_last = bool(channels_last)
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ppl_vae.checks import posterior_predictive_check
-from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, activation, mlp_decoder
 from ppl_vae.recipes.configs import DATASETS
 from ppl_vae.viz import save_model_pictures, save_ppc_plot
 
@@ -71,18 +71,22 @@ def load_training_data(
 
 
 def networks(
-    shape: Sequence[int], latent_dim: int, hidden: int = 256, bias: bool = True
+    shape: Sequence[int], latent_dim: int, hidden: int = 256, bias: bool = True, hidden_activation: str = "relu"
 ) -> tuple[nn.Module, nn.Module]:
     """An encoder (``out_features`` set) and a decoder for points of ``shape`` (one point's
     shape, e.g. ``data.x.shape[1:]``): the papers' convolutional pair for ``(C, H, W)`` images
-    of 28/32/64 pixels, an MLP pair for ``(F,)``."""
+    of 28/32/64 pixels, an MLP pair for ``(F,)``.
+
+    :param hidden_activation: the activation after the encoder's last layer, by name
+        (:func:`~ppl_vae.nn.activations.activation`).
+    """
     if len(shape) == 3:
         return (
-            ConvEncoder(shape[-1], shape[0], hidden_dim=hidden, bias=bias),
+            ConvEncoder(shape[-1], shape[0], hidden_dim=hidden, bias=bias, hidden_activation=hidden_activation),
             ConvDecoder(latent_dim, shape[-1], shape[0], hidden_dim=hidden, bias=bias),
         )
     features = shape[0]
-    encoder = MLP([features, hidden], bias=bias, final_activation=nn.ReLU())
+    encoder = MLP([features, hidden], bias=bias, final_activation=activation(hidden_activation))
     return encoder, mlp_decoder(latent_dim, [hidden], (features,), bias=bias)
 
 

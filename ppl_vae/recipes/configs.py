@@ -21,6 +21,9 @@ PARTED_DATASETS = ("dsprites", "mnist")
 PARTED_NETWORKS = ("conv", "mlp")
 CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
 PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
+ACTIVATIONS = ("relu", "leaky_relu", "identity")
+CLASS_PRIOR_INITS = ("zeros", "randn")
+WEIGHT_INITS = ("torch", "glorot")
 
 
 def at_least(config: Any, minimum: float, *names: str) -> None:
@@ -99,6 +102,13 @@ class PartedConfig:
         images on MNIST; None with ``num_labels`` None trains unsupervised (no classifier step).
     :param num_labels: number of labelled images instead of a fraction (MNIST: 256).
     :param network: "conv" (the authors' networks) or "mlp" (784-512-256).
+    :param image_size: side of the MNIST images (None: 28; the authors resize them to 32);
+        dSprites images are 64 pixels.
+    :param top_activation: activation of the conv encoder after its last convolution and its
+        linear layer: "relu", or "leaky_relu" as the authors (slope ``negative_slope``).
+    :param negative_slope: slope of "leaky_relu" for negative inputs (the authors': 0.1).
+    :param class_prior_init: how the class priors' log-variance parameters start: "zeros"
+        (log-variance -1, the middle of its range) or "randn" (N(0, 1), the authors').
     :param z_dim: dimensions of the class-independent latent z.
     :param u_dim: dimensions of the class-related latent u.
     :param hidden: width of the networks' hidden layers.
@@ -127,6 +137,10 @@ class PartedConfig:
     label_fraction: float | None = 0.005
     num_labels: int | None = None
     network: str = "conv"
+    image_size: int | None = None
+    top_activation: str = "relu"
+    negative_slope: float = 0.1
+    class_prior_init: str = "zeros"
     z_dim: int = 5
     u_dim: int = 1
     hidden: int = 256
@@ -149,6 +163,13 @@ class PartedConfig:
         check_types(self)
         one_of(self, "dataset", PARTED_DATASETS)
         one_of(self, "network", PARTED_NETWORKS)
+        one_of(self, "top_activation", ACTIVATIONS)
+        one_of(self, "class_prior_init", CLASS_PRIOR_INITS)
+        at_least(self, 0, "negative_slope")
+        if self.dataset == "dsprites":
+            require("image_size", self.image_size, self.image_size in (None, 64), "None or 64 for dSprites")
+        else:
+            one_of(self, "image_size", (28, 32))
         fraction = self.label_fraction
         require("label_fraction", fraction, fraction is None or 0 < fraction <= 1, "in (0, 1] or None")
         at_least(self, 2, "num_train")
@@ -176,6 +197,8 @@ class ContrastiveConfig:
     :param shared_dim: D_z, the shared latent dimensions.
     :param hidden: width of the encoders' and decoder's hidden layer (the paper: 128).
     :param bias: false for bias-free networks (what the paper uses when denoising).
+    :param weight_init: how the model's layers start: "torch" (torch's defaults) or "glorot"
+        (Glorot-uniform weights, zero biases: Keras's defaults, which the authors' code has).
     :param likelihood: None picks a Gaussian for images, with scale
         :func:`~ppl_vae.recipes.contrastive.grassy_likelihood_scale` unless
         ``likelihood_scale`` is set, and the negative binomial for counts.
@@ -195,6 +218,7 @@ class ContrastiveConfig:
     shared_dim: int = 2
     hidden: int = 128
     bias: bool = True
+    weight_init: str = "torch"
     likelihood: str | None = None
     likelihood_scale: float | None = None
     gamma: float = 1.0
@@ -206,6 +230,7 @@ class ContrastiveConfig:
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
+        one_of(self, "weight_init", WEIGHT_INITS)
         at_least(self, 0, "amplitude", "background_noise", "gamma")
         at_least(self, 2, "num_target")
         at_least(self, 1, "salient_dim", "shared_dim", "hidden")
@@ -235,6 +260,8 @@ class DecompositionConfig:
     :param flatten: train MLPs on flattened images instead of the convolutional pair (cheap
         CPU runs; the paper uses convolutions for images).
     :param hidden: width of the encoder's features (the paper's pinwheel MLP: 100).
+    :param hidden_activation: activation after the encoder's last layer: "relu", "leaky_relu"
+        (slope 0.01) or "identity" (none: the authors' dSprites encoder).
     :param mnist_dir: folder of MNIST IDX files (None: the library's default source).
     :param evaluation_points: points encoded for the q(z) figures.
     :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
@@ -257,6 +284,7 @@ class DecompositionConfig:
     likelihood_scale: float | None = None
     flatten: bool = False
     hidden: int = 100
+    hidden_activation: str = "relu"
     mnist_dir: str | None = None
     evaluation_points: int = 2000
     factor_score_votes: int = 0
@@ -268,6 +296,7 @@ class DecompositionConfig:
         check_types(self)
         one_of(self, "dataset", DATASETS)
         one_of(self, "prior", PRIORS)
+        one_of(self, "hidden_activation", ACTIVATIONS)
         at_least(self, 2, "num_train")
         at_least(self, 1, "image_size", "latent_dim", "hidden", "evaluation_points")
         positive(self, "df", "sigma0", "likelihood_scale")

@@ -23,7 +23,7 @@ from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.metrics import silhouette
 from ppl_vae.models import VAE
 from ppl_vae.models.contrastive import ContrastiveVAE
-from ppl_vae.nn import MLP, mlp_decoder
+from ppl_vae.nn import MLP, initialise, mlp_decoder
 from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.configs import CONTRASTIVE_DATASETS, ContrastiveConfig
 from ppl_vae.recipes.registry import RECIPES
@@ -103,6 +103,7 @@ def build_untrained(
         target_size=model_inputs["target_size"],
         background_size=model_inputs["background_size"],
     )
+    initialise(model, config.weight_init)
     return model, ContrastiveELBO(gamma=config.gamma, discriminator=config.discriminator)
 
 

@@ -7,6 +7,7 @@ training image, as the authors' code does).
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +25,7 @@ from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import TrainingData, load_training_data
 from ppl_vae.recipes.configs import PartedConfig
 from ppl_vae.recipes.registry import RECIPES
-from ppl_vae.train import TrainConfig
+from ppl_vae.train import LRPlateau, TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.parted import save_parted_pictures
 
@@ -62,9 +63,10 @@ def labelled_subset(
 
 
 def mnist_config(**overrides: Any) -> PartedConfig:
-    """The authors' MNIST settings: z 6, c [10], u 10, capacities [0, 7],
-    gamma_z = gamma_u = gamma_c = 15, gamma_H = gamma_BC = 30, delta 0.15, 256 labels;
-    with the MLP networks of the authors' MNIST code."""
+    """The authors' MNIST weights: z 6, c [10], u 10, capacities [0, 7],
+    gamma_z = gamma_u = gamma_c = 15, gamma_H = gamma_BC = 30, delta 0.15, 256 labels; with
+    MLP networks 784-512-256 on 28x28 images (cheap on a CPU; :func:`authors_settings` gives
+    the authors' convolutional networks on 32x32 images)."""
     settings = dict(
         dataset="mnist", num_train=None, label_fraction=None, num_labels=256, network="mlp",
         z_dim=6, u_dim=10, z_capacity=(0.0, 7.0), u_capacity=(0.0, 7.0),
@@ -72,6 +74,41 @@ def mnist_config(**overrides: Any) -> PartedConfig:
         num_eval=1000, factor_score_votes=0,
     )
     return PartedConfig(**{**settings, **overrides})
+
+
+def authors_lr_plateau(dataset: str, supervised: bool) -> dict[str, LRPlateau]:
+    """The authors' learning-rate schedules: after every epoch (one pass over the unlabelled
+    images) each rate is halved when its step's mean loss over the epoch (the ELBO step's
+    total loss; the classifier step's cross-entropy) has not fallen by a relative 1% (ELBO)
+    or 10% (classifier) below its best for more than ``patience`` epochs (1 on dSprites, 2
+    otherwise), followed by a cooldown of 4 (ELBO) or 2 (classifier; 3 off dSprites) epochs.
+
+    :param dataset: "dsprites" or "mnist".
+    :param supervised: whether the run takes the classifier step (its schedule is added then).
+    """
+    dsprites = dataset == "dsprites"
+    patience = 1 if dsprites else 2
+    schedules = {"elbo": LRPlateau(factor=0.5, patience=patience, threshold=1e-2, cooldown=4, eps=1e-7)}
+    if supervised:
+        schedules["classifier"] = LRPlateau(
+            factor=0.5, patience=patience, threshold=1e-1, cooldown=2 if dsprites else 3, eps=1e-6
+        )
+    return schedules
+
+
+def authors_settings(config: PartedConfig) -> PartedConfig:
+    """``config`` with the authors' networks and optimisation switched on: the convolutional
+    pair with 256 hidden units (on 32x32 images for MNIST), LeakyReLU(0.1) after the encoder's
+    last convolution and linear layer, class-prior log-variance parameters drawn from N(0, 1),
+    Adam at 5e-4 with batches of 64, and :func:`authors_lr_plateau`. Data sizes, weights,
+    capacities and the number of steps are left as they are."""
+    train = dataclasses.replace(
+        config.train, lr=5e-4, batch_size=64, lr_plateau=authors_lr_plateau(config.dataset, config.supervised)
+    )
+    return dataclasses.replace(
+        config, network="conv", hidden=256, image_size=32 if config.dataset == "mnist" else None,
+        top_activation="leaky_relu", negative_slope=0.1, class_prior_init="randn", train=train,
+    )
 
 
 def _mnist_pools(config: PartedConfig) -> tuple[TrainingData, TrainingData]:
@@ -82,7 +119,7 @@ def _mnist_pools(config: PartedConfig) -> tuple[TrainingData, TrainingData]:
     def load(split: str, idx_dir: str | None) -> TrainingData:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tensors = MNIST(split=split, idx_dir=idx_dir).tensors()
+            tensors = MNIST(split=split, size=config.image_size or 28, idx_dir=idx_dir).tensors()
         return TrainingData(x=tensors["x"], labels=tensors["y"])
 
     generator = torch.Generator().manual_seed(config.train.seed)
@@ -110,9 +147,11 @@ def _dsprites_evaluation(data: TrainingData, n: int, seed: int) -> TrainingData:
 
 def build_model(config: PartedConfig, image_shape: tuple[int, ...], num_classes: int) -> PartedVAE:
     """The PartedVAE of ``config`` for images of ``image_shape`` with one class variable."""
-    common = dict(z_dim=config.z_dim, num_classes=num_classes, u_dims=config.u_dim, temperature=config.temperature)
+    common = dict(z_dim=config.z_dim, num_classes=num_classes, u_dims=config.u_dim, temperature=config.temperature,
+                  class_prior_init=config.class_prior_init)
     if config.network == "conv":
-        return PartedVAE.conv(image_shape[-1], channels=image_shape[0], hidden=config.hidden, **common)
+        return PartedVAE.conv(image_shape[-1], channels=image_shape[0], hidden=config.hidden,
+                              top_activation=config.top_activation, negative_slope=config.negative_slope, **common)
     return PartedVAE.mlp(image_shape, hidden=(2 * config.hidden, config.hidden), **common)
 
 

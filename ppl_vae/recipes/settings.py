@@ -113,7 +113,20 @@ def convert(hint: Any, value: Any, from_text: bool = True) -> Any:
         return _convert_dict(hint, value, from_text)
     if isinstance(hint, type) and isinstance(value, hint):
         return value
+    if is_group(hint):
+        return _convert_group(hint, value)
     raise _Mismatch(type_name(hint))
+
+
+def _convert_group(hint: type, value: Any) -> Any:
+    """A settings dataclass inside another setting (the values of ``train.lr_plateau``) from a
+    mapping of its fields."""
+    if not isinstance(value, Mapping):
+        raise _Mismatch(f"a mapping of {hint.__name__} settings")
+    try:
+        return config_from_dict(hint, value)
+    except SettingError as error:
+        raise _Mismatch(f"valid {hint.__name__} settings ({error})") from None
 
 
 def _convert_union(hint: Any, value: Any, from_text: bool) -> Any:

@@ -1,6 +1,6 @@
 """The training engine: Lightning, checkpoints, run directories. Nothing else imports Lightning.
 
-:class:`TrainConfig` imports nothing heavy; the other names load the engine (torch,
+:class:`TrainConfig` and :class:`LRPlateau` import nothing heavy; the other names load the engine (torch,
 Pyro, Lightning) on first use, so that ``ppl-vae --help`` and a recipe's settings stay fast.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ppl_vae.train.config import TrainConfig
+from ppl_vae.train.config import LRPlateau, TrainConfig
 
 _ENGINE = {
     "AtomicCheckpointIO": "checkpoint",
@@ -49,4 +49,4 @@ def _load_engine() -> None:
     drop_nvml_check_without_nvml()  # Lightning, imported above, set it
 
 
-__all__ = ["TrainConfig", *sorted(_ENGINE)]
+__all__ = ["LRPlateau", "TrainConfig", *sorted(_ENGINE)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,59 @@ from ppl_vae._validation import boolean, finite, integer, positive_integer
 
 PRECISIONS = ("32-true", "bf16-mixed")
 LOGGERS = ("csv", "tensorboard")
+THRESHOLD_MODES = ("rel", "abs")
+
+
+@dataclass
+class LRPlateau:
+    """Halve (or scale by ``factor``) one optimiser's learning rate when its step's loss stops
+    falling: ``torch.optim.lr_scheduler.ReduceLROnPlateau`` in mode ``"min"``, fed the mean of
+    that step's loss (``"elbo_loss"``, ``"classifier_loss"``, ...) over each window of
+    ``every_n_steps`` training iterations, at the end of the window. The defaults of the other
+    fields are torch's.
+
+    :param every_n_steps: iterations per window; ``None``: one pass over the ELBO step's data
+        (an epoch; under data parallelism, of the global batches), as the PartedVAE authors step
+        their schedulers after every epoch with the epoch's mean loss.
+    :param factor: the learning rate is multiplied by this, in (0, 1), on a plateau.
+    :param patience: windows without improvement tolerated before the rate is reduced.
+    :param threshold: how much lower than the best so far a mean must be to count as an
+        improvement, relative (``threshold_mode="rel"``: below ``best * (1 - threshold)``) or
+        absolute (``"abs"``: below ``best - threshold``).
+    :param threshold_mode: ``"rel"`` or ``"abs"``.
+    :param cooldown: windows after a reduction during which plateaus are not counted.
+    :param min_lr: the rate is never reduced below this.
+    :param eps: a reduction smaller than this is skipped.
+    """
+
+    every_n_steps: int | None = None
+    factor: float = 0.1
+    patience: int = 10
+    threshold: float = 1e-4
+    threshold_mode: str = "rel"
+    cooldown: int = 0
+    min_lr: float = 0.0
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.every_n_steps is not None:
+            self.every_n_steps = positive_integer("every_n_steps", self.every_n_steps)
+        self.factor = finite("factor", self.factor)
+        if not 0 < self.factor < 1:
+            raise ValueError(f"factor must be in (0, 1), got {self.factor!r}")
+        self.patience = integer("patience", self.patience, minimum=0)
+        self.threshold = finite("threshold", self.threshold, low=0.0)
+        if self.threshold_mode not in THRESHOLD_MODES:
+            raise ValueError(f"threshold_mode must be one of {THRESHOLD_MODES}, got {self.threshold_mode!r}")
+        self.cooldown = integer("cooldown", self.cooldown, minimum=0)
+        self.min_lr = finite("min_lr", self.min_lr, low=0.0)
+        self.eps = finite("eps", self.eps, low=0.0)
+
+    def scheduler_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of ``ReduceLROnPlateau`` (all but the optimiser)."""
+        arguments = dataclasses.asdict(self)
+        del arguments["every_n_steps"]
+        return {"mode": "min", **arguments}
 
 
 @dataclass
@@ -19,6 +73,13 @@ class TrainConfig:
     :param batch_size: minibatch size of every data group (``batch_sizes`` overrides).
     :param lr: Adam learning rate of the ELBO step (auxiliary steps may set their own).
     :param betas: Adam betas.
+    :param amsgrad: every optimiser of the run is Adam's AMSGrad variant (Reddi et al. 2018;
+        what the Decomposition VAE authors train with).
+    :param lr_plateau: learning-rate schedules on a plateau of a step's loss, by step name:
+        ``"elbo"`` for the ELBO step, an auxiliary step's name (``"classifier"``,
+        ``"discriminator"``) for its optimiser, each an :class:`LRPlateau` (or a mapping of its
+        fields); a step not named keeps its rate. Empty: no schedule. Each scheduled rate is
+        logged with the losses as ``lr/NAME``.
     :param seed: seeds torch, numpy, Python and the batch order.
     :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when available).
     :param devices: number of devices (processes under data parallelism).
@@ -65,6 +126,8 @@ class TrainConfig:
     batch_size: int = 64
     lr: float = 5e-4
     betas: tuple[float, float] = (0.9, 0.999)
+    amsgrad: bool = False
+    lr_plateau: dict[str, LRPlateau] = field(default_factory=dict)
     seed: int = 0
     device: str = "cpu"
     devices: int = 1
@@ -90,8 +153,9 @@ class TrainConfig:
         if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         self.betas = tuple(finite("betas", b, low=0.0, high=1.0) for b in self.betas)
-        for name in ("data_on_device", "validate", "replay_loss", "progress_bar"):
+        for name in ("amsgrad", "data_on_device", "validate", "replay_loss", "progress_bar"):
             boolean(name, getattr(self, name))
+        self.lr_plateau = _plateau_schedules(self.lr_plateau)
         if not isinstance(self.batch_sizes, dict):
             raise ValueError(f"batch_sizes must be a dict of group -> batch size, got {self.batch_sizes!r}")
         for group, size in self.batch_sizes.items():
@@ -127,3 +191,25 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
         return dataclasses.asdict(self)
+
+
+def _plateau_schedules(schedules: Any) -> dict[str, LRPlateau]:
+    """``lr_plateau`` as ``{step name: LRPlateau}``; mappings of fields become :class:`LRPlateau`."""
+    if not isinstance(schedules, Mapping):
+        raise ValueError(f"lr_plateau must be a dict of step name -> LRPlateau, got {schedules!r}")
+    checked = {}
+    for name, schedule in schedules.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"lr_plateau's keys must be step names ('elbo', 'classifier', ...), got {name!r}")
+        if isinstance(schedule, Mapping):
+            unknown = set(schedule) - {f.name for f in dataclasses.fields(LRPlateau)}
+            if unknown:
+                raise ValueError(f"lr_plateau[{name!r}] has unknown fields {sorted(unknown)}")
+            try:
+                schedule = LRPlateau(**schedule)
+            except ValueError as error:
+                raise ValueError(f"lr_plateau[{name!r}]: {error}") from None
+        if not isinstance(schedule, LRPlateau):
+            raise ValueError(f"lr_plateau[{name!r}] must be an LRPlateau or a mapping of its fields, got {schedule!r}")
+        checked[name] = schedule
+    return checked

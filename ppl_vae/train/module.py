@@ -26,6 +26,7 @@ from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
+from ppl_vae.train.lr_schedules import PlateauSchedules
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -94,6 +95,11 @@ class SVIModule(L.LightningModule):
     values that were, and the parameters whose gradients are, and a non-finite value never
     reaches a checkpoint.
 
+    The optimisers named in ``config.lr_plateau`` get a ``ReduceLROnPlateau`` each
+    (:class:`~ppl_vae.train.lr_schedules.PlateauSchedules`), stepped after the iteration that
+    ends each window with the window's mean of that step's loss; the rates are logged as
+    ``lr/NAME``.
+
     On several processes (DDP) each process trains on its own rows of the global batch;
     batch-level terms are computed over the global batch (each step runs inside
     :func:`~ppl_vae.infer.distributed.global_batch`), processes draw their noise from
@@ -123,6 +129,7 @@ class SVIModule(L.LightningModule):
             model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps
+        self.plateau = PlateauSchedules(config.lr_plateau, ["elbo", *(step.name for step in self.steps)])
         claimed = {s.data_group for s in self.steps if s.data_group is not None}
         unknown = claimed - set(batches.groups)
         if unknown:
@@ -145,13 +152,20 @@ class SVIModule(L.LightningModule):
         self._current: dict[str, torch.Tensor] = {}
         self._pending_rng: dict[str, Any] | None = None
 
-    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-        """The ELBO step's Adam, then one per auxiliary step (built by the training iteration)."""
-        return list(self.training_iteration.optimizers)
+    def configure_optimizers(self) -> list[torch.optim.Optimizer] | tuple[list, list]:
+        """The ELBO step's Adam, then one per auxiliary step (built by the training iteration),
+        and the plateau schedulers of ``config.lr_plateau`` (stepped by this module after each
+        iteration; Lightning saves and restores their state)."""
+        optimizers = list(self.training_iteration.optimizers)
+        if not self.plateau.names:
+            return optimizers
+        return optimizers, self.plateau.schedulers(optimizers)
 
     def _adam(self, params, lr: float) -> torch.optim.Optimizer:
         params = [p for p in params if p.requires_grad]
-        return torch.optim.Adam(params, lr=lr, betas=self.config.betas, **adam_implementation(params))
+        return torch.optim.Adam(
+            params, lr=lr, betas=self.config.betas, amsgrad=self.config.amsgrad, **adam_implementation(params)
+        )
 
     def training_step(self, block: list[TensorGroups], batch_idx: int) -> None:
         """Take the iterations of one block of minibatches; flush the logs at the end of
@@ -175,6 +189,12 @@ class SVIModule(L.LightningModule):
             self._logged_from = self.iteration
         self._logged.append(self._current)
         self.iteration += 1
+        self.plateau.observe(self.iteration, self._current, self._plateau_schedulers(), reduce=mean_over_processes)
+
+    def _plateau_schedulers(self) -> list[Any]:
+        """Lightning's plateau schedulers, in ``self.plateau.names``' order."""
+        schedulers = self.lr_schedulers() if self.plateau.names else []
+        return schedulers if isinstance(schedulers, list) else [schedulers]
 
     def _gradient_norm(self) -> torch.Tensor:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -218,6 +238,8 @@ class SVIModule(L.LightningModule):
         means = mean_over_processes(local)
         self._check_finite(means)
         record = dict(zip(names, means.tolist(), strict=True))
+        for name, scheduler in zip(self.plateau.names, self._plateau_schedulers(), strict=True):
+            record[f"lr/{name}"] = scheduler.get_last_lr()[0]
         self._logged = []
         record["step"] = self.iteration
         self.history.append(record)
@@ -250,6 +272,7 @@ class SVIModule(L.LightningModule):
         elif world_size > 1:
             seed_process(self.config.seed + self.iteration)
         self._pending_rng = None
+        self.plateau.set_windows(self.batches.batches_per_pass(self.elbo_groups[0]))
         optimizers = self.optimizers()
         self.training_iteration.optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
 
@@ -270,6 +293,7 @@ class SVIModule(L.LightningModule):
             "model_class": type(self.model).__qualname__,
             "objective_class": type(self.objective).__qualname__,
             "architecture": architecture(self),
+            "lr_plateau": self.plateau.state_dict(reduce=mean_over_processes),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -279,3 +303,4 @@ class SVIModule(L.LightningModule):
         self.history = list(state["history"])
         self.batches.seek(self.iteration)
         self._pending_rng = state["rng"]
+        self.plateau.load_state_dict(state.get("lr_plateau", {}))

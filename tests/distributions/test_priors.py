@@ -390,6 +390,7 @@ def test_log_prob_and_gradient_are_finite_for_extreme_legal_inputs(module):
         (lambda: SparsePrior(0), "dim", "0"),
         (lambda: ClassConditionalGaussianPrior(0, 2), "num_classes", "0"),
         (lambda: ClassConditionalGaussianPrior(2, 0), "dim", "0"),
+        (lambda: ClassConditionalGaussianPrior(2, 1, log_variance_init="ones"), "log_variance_init", "'ones'"),
     ],
 )
 def test_bad_arguments_raise_value_error_naming_argument_and_value(make, argument, value):
@@ -401,3 +402,14 @@ def test_bad_arguments_raise_value_error_naming_argument_and_value(make, argumen
 def test_priors_are_pyro_distributions():
     for factory in PRIOR_FACTORIES.values():
         assert isinstance(factory()(), TorchDistributionMixin)
+
+
+def test_class_prior_log_variances_start_at_zero_or_from_a_standard_normal_draw():
+    torch.manual_seed(4)
+    assert torch.equal(ClassConditionalGaussianPrior(3, 2).log_variance_logit, torch.zeros(3, 2))
+    torch.manual_seed(4)
+    drawn = ClassConditionalGaussianPrior(3, 2, log_variance_init="randn")
+    torch.manual_seed(4)
+    loc, logit = torch.randn(3, 2), torch.randn(3, 2)
+    assert torch.equal(drawn.loc, loc) and torch.equal(drawn.log_variance_logit, logit)
+    torch.testing.assert_close(drawn.log_variance, 2 * torch.tanh(logit) - 1)

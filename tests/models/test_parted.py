@@ -159,6 +159,7 @@ def test_non_positive_temperature_raises(temperature):
         ({"u_dims": (1, 2, 3)}, "u_dims"),
         ({"class_probs": [[0.5, 0.5, 0.5], [0.5, 0.5]]}, "class_probs"),
         ({"class_probs": [[1.0, 0.0, 0.0]]}, "class_probs"),
+        ({"class_prior_init": "normal"}, "log_variance_init must be one of .*got 'normal'"),
     ],
 )
 def test_bad_model_settings_raise_naming_the_argument(kwargs, name):
@@ -201,3 +202,16 @@ def test_label_fraction_outside_zero_one_raises(fraction):
         labelled_subset(torch.arange(10) % 2, fraction=fraction)
     with pytest.raises(ValueError, match="label_fraction"):
         PartedConfig(label_fraction=fraction)
+
+
+def test_class_prior_init_reaches_every_class_prior():
+    assert all(torch.equal(p.log_variance_logit, torch.zeros_like(p.log_variance_logit))
+               for p in small_model().class_priors)
+    drawn = small_model(class_prior_init="randn")
+    assert all((p.log_variance_logit != 0).all() for p in drawn.class_priors)
+
+
+def test_conv_model_takes_the_authors_leaky_encoder_top():
+    model = PartedVAE.conv(28, z_dim=2, num_classes=3, hidden=16, top_activation="leaky_relu", negative_slope=0.1)
+    leaky = [m for m in model.encoder.modules() if isinstance(m, torch.nn.LeakyReLU)]
+    assert [m.negative_slope for m in leaky] == [0.1, 0.1]

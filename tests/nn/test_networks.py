@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, mlp_decoder
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, activation, mlp_decoder
 
 
 @pytest.mark.parametrize("size", [28, 32, 64])
@@ -83,3 +83,62 @@ def test_in_place_relus_give_the_values_and_gradients_of_out_of_place_ones(size)
     for fast_net, plain_net in zip(fast, plain, strict=True):
         for (name, a), b in zip(fast_net.named_parameters(), plain_net.parameters(), strict=True):
             assert torch.equal(a.grad, b.grad), name
+
+
+@pytest.mark.parametrize("size", [28, 32, 64])
+def test_leaky_activations_follow_the_last_convolution_and_the_linear_layer(size):
+    encoder = ConvEncoder(size, hidden_dim=8, last_conv_activation="leaky_relu", hidden_activation="leaky_relu",
+                          negative_slope=0.1)
+    kinds = [type(m).__name__ for m in encoder.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.LeakyReLU))]
+    assert kinds == ["ReLU"] * (len(kinds) - 2) + ["LeakyReLU", "LeakyReLU"]
+    linear = encoder.fc[1]
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.bias.fill_(-2.0)
+    torch.testing.assert_close(encoder(torch.rand(3, 1, size, size)), torch.full((3, 8), -0.2))
+    relu_encoder = ConvEncoder(size, hidden_dim=8)
+    assert not any(isinstance(m, torch.nn.LeakyReLU) for m in relu_encoder.modules())
+
+
+def test_an_identity_hidden_activation_leaves_the_linear_layers_output_as_it_is():
+    encoder = ConvEncoder(64, hidden_dim=8, hidden_activation="identity")
+    with torch.no_grad():
+        encoder.fc[1].weight.zero_()
+        encoder.fc[1].bias.fill_(-2.0)
+    torch.testing.assert_close(encoder(torch.rand(2, 1, 64, 64)), torch.full((2, 8), -2.0))
+    assert isinstance(encoder.conv[-1], torch.nn.ReLU)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"hidden_activation": "gelu"}, r"activation must be one of \('relu', 'leaky_relu', 'identity'\), got 'gelu'"),
+        ({"last_conv_activation": "gelu"}, r"activation must be one of .*got 'gelu'"),
+        ({"hidden_activation": "leaky_relu", "negative_slope": -0.1}, "negative_slope must be a finite number >= 0, got -0.1"),
+    ],
+)
+def test_bad_activation_settings_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ConvEncoder(64, **kwargs)
+
+
+def test_activations_by_name():
+    assert isinstance(activation("relu"), torch.nn.ReLU)
+    assert isinstance(activation("identity"), torch.nn.Identity)
+    assert activation("leaky_relu", 0.1).negative_slope == 0.1
+    with pytest.raises(ValueError, match="negative_slope must be a finite number >= 0, got nan"):
+        activation("leaky_relu", float("nan"))
+
+
+def test_glorot_init_redraws_linear_and_convolution_layers_and_torch_init_keeps_them():
+    from ppl_vae.nn import initialise
+
+    torch.manual_seed(0)
+    encoder = ConvEncoder(28, hidden_dim=8)
+    before = [p.detach().clone() for p in encoder.parameters()]
+    assert all(torch.equal(p, q) for p, q in zip(initialise(encoder, "torch").parameters(), before, strict=True))
+    initialise(encoder, "glorot")
+    assert all(torch.equal(layer.bias, torch.zeros_like(layer.bias))
+               for layer in encoder.modules() if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)))
+    with pytest.raises(ValueError, match=r"weight init scheme must be one of \('torch', 'glorot'\), got 'he'"):
+        initialise(encoder, "he")

@@ -1,0 +1,27 @@
+"""Activations chosen by name in the networks' and recipes' settings."""
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+ACTIVATIONS = ("relu", "leaky_relu", "identity")
+
+
+def activation(name: str, negative_slope: float = 0.01) -> nn.Module:
+    """An in-place activation module: ``"relu"``, ``"leaky_relu"`` with ``negative_slope``
+    (the slope for negative inputs, >= 0; ignored by the others) or ``"identity"`` (none).
+
+    :raises ValueError: an unknown ``name`` or a negative or non-finite ``negative_slope``.
+    """
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+    if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)) or not (
+        math.isfinite(negative_slope) and negative_slope >= 0
+    ):
+        raise ValueError(f"negative_slope must be a finite number >= 0, got {negative_slope!r}")
+    if name == "relu":
+        return nn.ReLU(inplace=True)
+    if name == "identity":
+        return nn.Identity()
+    return nn.LeakyReLU(float(negative_slope), inplace=True)

@@ -1,0 +1,26 @@
+"""Weight initialisation schemes chosen by name."""
+from __future__ import annotations
+
+from torch import nn
+
+WEIGHT_INITS = ("torch", "glorot")
+_LAYERS = (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)
+
+
+def initialise(module: nn.Module, scheme: str) -> nn.Module:
+    """Re-draw the weights of every linear and convolution layer of ``module`` in place and
+    return it: ``"torch"`` keeps torch's defaults (Kaiming-uniform weights, uniform biases);
+    ``"glorot"`` draws weights from Glorot's uniform distribution and sets biases to zero
+    (Keras's defaults for ``Dense`` and ``Conv2D``, which the contrastive VAE's authors used).
+
+    :raises ValueError: an unknown ``scheme``.
+    """
+    if scheme not in WEIGHT_INITS:
+        raise ValueError(f"weight init scheme must be one of {WEIGHT_INITS}, got {scheme!r}")
+    if scheme == "glorot":
+        for layer in module.modules():
+            if isinstance(layer, _LAYERS):
+                nn.init.xavier_uniform_(layer.weight)
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
+    return module
