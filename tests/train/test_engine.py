@@ -7,7 +7,7 @@ import torch
 from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.infer import AuxiliaryStep, ContrastiveELBO, LinearCapacity, PartedELBO, training_step
+from ppl_vae.infer import AuxiliaryStep, ContrastiveELBO, LinearCapacity, PartedELBO, TrainingLoss, training_step
 from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
 from ppl_vae.train import CheckpointError, NonFiniteLossError, RunDirectoryExistsError, TrainConfig, read_checkpoint
@@ -206,13 +206,12 @@ class ExplodingELBO(TraceMeanField_ELBO):
     def __init__(self, at: int) -> None:
         super().__init__()
         self.at = at
-        self.logged = {}
 
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
         exploded = training_step() >= self.at
-        self.logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}
-        return loss * float("nan") if exploded else loss
+        logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}
+        return TrainingLoss(loss * float("nan") if exploded else loss, logged, {})
 
 
 def test_nan_loss_stops_the_run_naming_step_and_terms_and_keeps_the_last_checkpoint(data, tmp_path):
