@@ -8,19 +8,20 @@ the ELBO step, each with its own optimiser and its own parameters.
 """
 from __future__ import annotations
 
-import functools
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
+from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.iteration import TrainingIteration
-from ppl_vae.infer.replay import ReplayedLoss
+from ppl_vae.infer.replay import ReplayedLoss, batch_signature
 from ppl_vae.infer.schedules import set_training_step
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
@@ -107,6 +108,7 @@ class SVIModule(L.LightningModule):
         objective: Any,
         config: TrainConfig,
         batches: TensorBatches,
+        elbo_arguments: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.model = model
@@ -114,13 +116,14 @@ class SVIModule(L.LightningModule):
         self.config = config
         self.batches = batches
         self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
-        self.elbo_loss = (
-            ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
-            if config.replay_loss
-            else functools.partial(objective.differentiable_loss, model.model, model.guide)
-        )
+        self.elbo_arguments = dict(elbo_arguments or {})
+        self.elbo_loss = None
+        if config.replay_loss:
+            batch_signature(self.elbo_arguments)  # refuses what a recording cannot take, before training
+            self.elbo_loss = ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
         self.training_iteration = TrainingIteration(
-            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward
+            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward,
+            elbo_arguments=self.elbo_arguments,
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps
         claimed = {s.data_group for s in self.steps if s.data_group is not None}
@@ -239,6 +242,7 @@ class SVIModule(L.LightningModule):
             self.batches.to(self.device)
         elif self.device.type == "cuda":
             self.batches.pin_memory()
+        self.training_iteration.elbo_arguments = move_data_to_device(self.elbo_arguments, self.device)
 
     def on_train_start(self) -> None:
         """Restore the checkpoint's random state (or seed this process) and hand Lightning's optimiser wrappers to the training iteration."""
