@@ -58,7 +58,7 @@ def _small_vae(cls, prior: nn.Module, **kwargs):
 
 
 def _decomposition(prior: Callable[[], nn.Module], aggregate: bool = False, **settings):
-    """The whole-data aggregate (recorded when the objective held it) is now an argument of the call."""
+    """With ``aggregate``, the whole-data aggregate is the ``aggregate_data`` argument of the objective's call."""
     torch.manual_seed(0)
     model = _small_vae(DecompositionVAE, prior(), data_size=40)
     batch = {"x": _binary(16, 1)}
