@@ -81,7 +81,7 @@ class TrainingIteration:
         objective: Any,
         lr: float = 1e-3,
         optimizer: Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer] | None = None,
-        elbo_loss: Callable[..., torch.Tensor] | None = None,
+        elbo_loss: Callable[..., TrainingLoss] | None = None,
         backward: Callable[[torch.Tensor], None] | None = None,
         elbo_arguments: Mapping[str, Any] | None = None,
     ) -> None:

@@ -79,7 +79,8 @@ class SVIModule(L.LightningModule):
 
     Each training iteration is a :class:`~ppl_vae.infer.TrainingIteration`: the objective's
     ``"before"`` auxiliary steps, one ELBO step on every data group that no auxiliary step
-    claims, then the ``"after"`` steps. Every step zeroes the gradients of its own optimiser's
+    claims (with ``elbo_arguments``, e.g. a whole-data aggregate, on every iteration), then the
+    ``"after"`` steps, which take what the ELBO step hands them. Every step zeroes the gradients of its own optimiser's
     parameters before its backward pass and changes only those parameters; backward passes go
     through Lightning's ``manual_backward`` and steps through its optimiser wrappers (so
     strategies, precision plugins and callbacks' hooks see them). One Lightning training step
@@ -117,12 +118,12 @@ class SVIModule(L.LightningModule):
         self.batches = batches
         self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
         self.elbo_arguments = dict(elbo_arguments or {})
-        self.elbo_loss = None
+        replayed = None
         if config.replay_loss:
             batch_signature(self.elbo_arguments)  # refuses what a recording cannot take, before training
-            self.elbo_loss = ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
+            replayed = ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
         self.training_iteration = TrainingIteration(
-            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward,
+            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=replayed, backward=self.manual_backward,
             elbo_arguments=self.elbo_arguments,
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps
@@ -236,7 +237,8 @@ class SVIModule(L.LightningModule):
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_fit_start(self) -> None:
-        """Shard the batches for this process and move them to the training device when asked."""
+        """Shard the batches for this process and move them to the training device when asked;
+        move the ELBO step's arguments (``elbo_arguments``) there."""
         self.batches.shard(self.global_rank, self.trainer.world_size)
         if self.config.data_on_device:
             self.batches.to(self.device)
