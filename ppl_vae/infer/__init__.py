@@ -9,7 +9,7 @@ from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.parted import PartedELBO, classification_loss
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step, training_step
-from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules, auxiliary_steps, objective_terms
+from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
 from ppl_vae.infer.terms import (
     AggregateClassKL,
     AggregateDivergence,
@@ -37,6 +37,7 @@ __all__ = [
     "TermSites",
     "TotalCorrelation",
     "TrainingIteration",
+    "TrainingLoss",
     "training_step",
     "all_gather",
     "global_batch",
@@ -56,7 +57,6 @@ __all__ = [
     "discriminator_loss",
     "inclusive_kl",
     "mmd_dimensionwise",
-    "objective_terms",
     "permute_shared",
     "replay_obstacle",
     "set_training_step",

@@ -25,10 +25,8 @@ N B, term for term.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES
 from ppl_vae.infer.mean_field import MeanFieldELBO
@@ -58,8 +56,6 @@ class DecompositionELBO(MeanFieldELBO):
     :param divergence: ``"mmd"`` or ``"inclusive_kl"``.
     :param latent: name of the latent sample site.
     :param length_scales: the MMD kernel's length scales (authors' code default).
-    :param aggregate_data: keyword arguments of the guide for a whole data set, e.g.
-        ``{"x": X (N, ...)}``, whose encodings form q(z) in the inclusive KL.
     :param chunk_size: encodings per block in the aggregate density and per guide call on
         ``aggregate_data``.
     :param factor_name: name of the divergence's ``pyro.factor`` site.
@@ -68,7 +64,15 @@ class DecompositionELBO(MeanFieldELBO):
         ``vectorize_particles`` is not supported: the aggregate posterior is over the data
         plate).
     :raises ValueError: for negative or non-finite ``alpha`` or ``beta``, an unknown
-        ``divergence``, ``aggregate_data`` with the MMD, a non-positive ``chunk_size``.
+        ``divergence``, a non-positive ``chunk_size``.
+
+    For the inclusive KL over a whole data set instead of the minibatch, call the objective
+    with the keyword argument ``aggregate_data`` (the guide's arguments for the whole set, e.g.
+    ``{"x": X}``), which goes to the divergence, not to the model::
+
+        elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
+        elbo.differentiable_loss(vae.model, vae.guide, x=X[:64], aggregate_data={"x": X})
+        ppl_vae.fit(vae, elbo, {"x": X}, elbo_arguments={"aggregate_data": {"x": X}})
     """
 
     def __init__(
@@ -78,7 +82,6 @@ class DecompositionELBO(MeanFieldELBO):
         divergence: str = "mmd",
         latent: str = "z",
         length_scales: Sequence[float] = DEFAULT_MMD_LENGTH_SCALES,
-        aggregate_data: Mapping[str, torch.Tensor] | None = None,
         chunk_size: int = 4096,
         factor_name: str = "aggregate_divergence",
         extra_terms: Sequence[Term] = (),
@@ -87,7 +90,7 @@ class DecompositionELBO(MeanFieldELBO):
         if kwargs.get("vectorize_particles"):
             raise ValueError("vectorize_particles=True is not supported by DecompositionELBO")
         divergence_term = AggregateDivergence(
-            latent, alpha, divergence, length_scales, aggregate_data, chunk_size, name=factor_name
+            latent, alpha, divergence, length_scales, chunk_size, name=factor_name
         )
         super().__init__(beta=beta, terms=[divergence_term, *extra_terms], **kwargs)
 

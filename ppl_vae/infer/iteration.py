@@ -18,17 +18,20 @@ Lightning's optimisers and backward; a notebook or a benchmark calls it directly
         set_training_step(step)
         values = iteration({"x": x[batch], "labelled": {"x": xl[pick], "y": yl[pick]}})
         # values: "classifier_loss", "elbo_loss" and the objective's logged terms
+
+The ELBO step hands the steps after it what they take from it as arguments
+(:class:`~ppl_vae.infer.steps.TrainingLoss`): the contrastive VAE's discriminator step is
+trained on the guide samples that the ELBO step drew, with no second pass through the encoders.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_steps, objective_terms
+from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_steps, training_loss
 
 __all__ = ["Batch", "TrainingIteration", "step_inputs"]
 
@@ -57,9 +60,13 @@ class TrainingIteration:
         its ``auxiliary_steps(model)`` are taken around it.
     :param lr: the learning rate of every optimiser whose step names none.
     :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
-    :param elbo_loss: the ELBO step's loss as ``(**batch) -> scalar``; default
-        ``objective.differentiable_loss(model.model, model.guide, **batch)`` (a
-        :class:`~ppl_vae.infer.ReplayedLoss` fits here).
+    :param elbo_loss: the ELBO step as ``(**batch) -> TrainingLoss``; default
+        ``objective.training_loss(model.model, model.guide, **batch)``
+        (:func:`~ppl_vae.infer.steps.training_loss`; a :class:`~ppl_vae.infer.ReplayedLoss`
+        fits here).
+    :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
+        batch, e.g. ``{"aggregate_data": {"x": X}}``, the whole data set of an
+        :class:`~ppl_vae.infer.terms.AggregateDivergence`.
     :param backward: ``loss -> None``, how a loss is backpropagated (default
         ``loss.backward()``; the engine passes Lightning's ``manual_backward``).
 
@@ -74,14 +81,16 @@ class TrainingIteration:
         objective: Any,
         lr: float = 1e-3,
         optimizer: Callable[[Sequence[nn.Parameter], float], torch.optim.Optimizer] | None = None,
-        elbo_loss: Callable[..., torch.Tensor] | None = None,
+        elbo_loss: Callable[..., TrainingLoss] | None = None,
         backward: Callable[[torch.Tensor], None] | None = None,
+        elbo_arguments: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
             raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
         make = optimizer or (lambda params, rate: torch.optim.Adam(params, lr=rate))
         self.objective = objective
-        self.elbo_loss = elbo_loss or functools.partial(objective.differentiable_loss, model.model, model.guide)
+        self.elbo_loss = elbo_loss or training_loss(objective, model.model, model.guide)
+        self.elbo_arguments = dict(elbo_arguments or {})
         self.backward = backward or torch.Tensor.backward
         self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
         self.optimizers: list[Any] = [
@@ -98,6 +107,7 @@ class TrainingIteration:
     def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Take one iteration on ``batch``: the ELBO step reads its top-level tensors and every
         group no auxiliary step claims, each auxiliary step its own group (or the ELBO's inputs).
+        Each step after the ELBO step also takes the arguments the ELBO step hands it.
         Returns each step's loss (``"elbo_loss"``, ``"classifier_loss"``, ...) and the
         objective's logged values, detached (read them with ``float`` only when needed: on a GPU
         each read waits for the device)."""
@@ -111,16 +121,24 @@ class TrainingIteration:
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "before":
                 values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs)
-        loss = self.elbo_loss(**elbo_inputs)
-        values.update(objective_terms(self.objective))
-        self.take_step(elbo_optimizer, loss)
-        values["elbo_loss"] = loss.detach()
+        elbo: TrainingLoss = self.elbo_loss(**elbo_inputs, **self.elbo_arguments)
+        values.update(elbo.logged)
+        self.take_step(elbo_optimizer, elbo.loss)
+        values["elbo_loss"] = elbo.loss.detach()
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):
             if step.when == "after":
-                values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs)
+                arguments = elbo.step_arguments.get(step.name, {})
+                values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs, arguments)
         return values
 
-    def _auxiliary(self, step: AuxiliaryStep, optimizer: Any, batch: Batch, elbo_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        loss = step.loss(**(elbo_inputs if step.data_group is None else step_inputs(batch, step.data_group)))
+    def _auxiliary(
+        self,
+        step: AuxiliaryStep,
+        optimizer: Any,
+        batch: Batch,
+        elbo_inputs: dict[str, torch.Tensor],
+        arguments: Mapping[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        loss = step.loss(**(elbo_inputs if step.data_group is None else step_inputs(batch, step.data_group)), **(arguments or {}))
         self.take_step(optimizer, loss)
         return loss.detach()

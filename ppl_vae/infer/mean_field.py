@@ -35,7 +35,7 @@ must be reparameterised, as with Pyro's ELBOs.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyro
@@ -51,7 +51,7 @@ from pyro.util import check_model_guide_match, check_site_shape
 from torch import nn
 from torch.distributions import kl_divergence
 
-from ppl_vae.infer.steps import AuxiliaryStep
+from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
 from ppl_vae.infer.terms import Term, TermSites, check_weight
 
 __all__ = ["MeanFieldELBO", "scored_site"]
@@ -121,10 +121,18 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     With ``beta=1`` and no terms it is :class:`~pyro.infer.TraceMeanField_ELBO`'s objective.
 
-    After each call, :attr:`logged` holds per-point values of the last particle (detached):
-    ``reconstruction`` (``-log p`` of the observed sites, each divided by the points its plate
-    stands for), ``kl`` (the KLs the ELBO still counts, without beta; absent when it counts
-    none), and each term's value under its name with its parts as ``<name>/<part>``.
+    :meth:`training_loss` returns the loss with what the rest of a training iteration reads
+    from the step (:class:`~ppl_vae.infer.steps.TrainingLoss`): per-point values of the last
+    particle for the log (detached): ``reconstruction`` (``-log p`` of the observed sites,
+    each divided by the points its plate stands for), ``kl`` (the KLs the ELBO still counts,
+    without beta; absent when it counts none), and each term's value under its name with its
+    parts as ``<name>/<part>``; and the arguments the terms hand to their auxiliary steps.
+    After each call of Pyro's interface (:meth:`differentiable_loss`, :meth:`loss`,
+    ``loss_and_grads``, :meth:`traces`: a plain SVI loop), :attr:`logged` holds the same values.
+
+    Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
+    ``aggregate_data`` of :class:`~ppl_vae.infer.terms.AggregateDivergence`) go to the terms,
+    not to the model and guide.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
 
@@ -154,7 +162,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         if duplicates:
             raise ValueError(f"term names must be unique (each is a pyro.factor site), got {duplicates} twice")
         self._term_names = frozenset(names)
+        self._term_inputs = frozenset(name for term in self.terms for name in term.inputs())
         self._keep_graph = False
+        self._step_arguments: dict[str, dict[str, torch.Tensor]] = {}
         self.logged: dict[str, torch.Tensor] = {}
 
     def _logged_value(self, value: torch.Tensor | float) -> torch.Tensor | float:
@@ -172,6 +182,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             return dict(self.logged)
         finally:
             self._keep_graph = False
+            self._step_arguments = {}
 
     def term(self, name: str) -> Term:
         """The term named ``name``."""
@@ -180,18 +191,26 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 return term
         raise KeyError(f"no term named {name!r}; the terms are {[t.name for t in self.terms]}")
 
-    def with_terms(self, model: Callable, guide: Callable, guide_trace: Trace, module: nn.Module | None = None) -> Callable:
+    def with_terms(
+        self,
+        model: Callable,
+        guide: Callable,
+        guide_trace: Trace,
+        module: nn.Module | None = None,
+        inputs: Mapping[str, Any] | None = None,
+    ) -> Callable:
         """The model followed by one ``pyro.factor(term.name, -w N v)`` per term, outside every
         plate, its sites read against ``guide_trace`` (the guide's run on the same arguments).
 
         :param module: the module the terms read networks from; default: the one ``model`` is a
-            method of."""
+            method of.
+        :param inputs: the keyword arguments the terms take (:meth:`Term.inputs`)."""
         module = module if module is not None else model_module(model)
 
         def model_with_terms(*args, **kwargs):
             with _SampleSites() as capture:
                 result = model(*args, **kwargs)
-            sites = TermSites(guide_trace, capture.sites, module, guide)
+            sites = TermSites(guide_trace, capture.sites, module, guide, dict(inputs or {}))
             for term in self.terms:
                 with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or self._keep_graph)):
                     value, parts = term.evaluate(sites)
@@ -200,6 +219,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                     self.logged[f"{term.name}/{part}"] = self._logged_value(part_value)
                 if term.weight > 0:
                     pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
+                self._step_arguments.update(term.step_arguments(sites))
             return result
 
         return model_with_terms
@@ -219,14 +239,16 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             if self.terms:
                 raise ValueError("extra terms need a guide function, not a GuideMessenger")
             return super()._get_trace(model, guide, args, kwargs)
-        self.logged = {}
+        self.logged, self._step_arguments = {}, {}
+        inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
+        kwargs = {name: value for name, value in kwargs.items() if name not in inputs}
         module, plain_guide = model_module(model), guide
         replaced = self.replaced_sites(model)
         if replaced:
             model, guide = _MaskSites(replaced)(model), _MaskSites(replaced)(guide)
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         if self.terms:
-            model = self.with_terms(model, plain_guide, guide_trace, module)
+            model = self.with_terms(model, plain_guide, guide_trace, module, inputs)
         model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
         if is_validation_enabled():
             check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
@@ -277,12 +299,31 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         surrogate = self.beta * kl_total - log_likelihood
         return (surrogate.detach() if torch.is_tensor(surrogate) else surrogate), surrogate
 
-    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
-        """``mean over particles of -ELBO``, differentiable (analytic KLs where Pyro has them)."""
+    def _particles_loss(self, model, guide, args, kwargs) -> torch.Tensor:
+        """``mean over particles of -ELBO``, differentiable."""
         loss = 0.0
         for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
             loss = loss + self._differentiable_loss_particle(model_trace, guide_trace)[1] / self.num_particles
         return loss
+
+    def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
+        """``mean over particles of -ELBO``, differentiable (analytic KLs where Pyro has them),
+        with the last particle's logged values and the arguments of the terms' auxiliary steps
+        (class docstring). Leaves :attr:`logged` as it was."""
+        kept = self.logged
+        try:
+            loss = self._particles_loss(model, guide, args, kwargs)
+            return TrainingLoss(loss, self.logged, self._step_arguments)
+        finally:
+            self.logged, self._step_arguments = kept, {}
+
+    def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
+        """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last
+        particle's per-point values."""
+        try:
+            return self._particles_loss(model, guide, args, kwargs)
+        finally:
+            self._step_arguments = {}
 
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
@@ -300,32 +341,6 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         for term in self.terms:
             modules.update(term.auxiliary_modules())
         return modules
-
-    def step_outputs(self) -> dict[str, torch.Tensor]:
-        """The tensors the last :meth:`differentiable_loss` left for the rest of the step: the
-        logged values (``"logged.<name>"``) and each term's (``"<term>.<key>"``). A replayed loss
-        (:class:`~ppl_vae.infer.replay.ReplayedLoss`) returns them from its graph and hands them
-        back with :meth:`load_step_outputs`."""
-        outputs = {f"logged.{name}": value for name, value in self.logged.items()}
-        for term in self.terms:
-            outputs.update({f"{term.name}.{key}": value for key, value in term.step_outputs().items()})
-        return outputs
-
-    def load_step_outputs(self, outputs: dict[str, torch.Tensor]) -> None:
-        """Set what :meth:`step_outputs` reads from ``outputs`` (the same keys)."""
-        self.logged = {key.removeprefix("logged."): value for key, value in outputs.items() if key.startswith("logged.")}
-        for term in self.terms:
-            prefix = f"{term.name}."
-            term.load_step_outputs({k.removeprefix(prefix): v for k, v in outputs.items() if k.startswith(prefix)})
-
-    def replay_obstacle(self) -> str | None:
-        """Why this objective's loss cannot be recorded once and replayed, or ``None`` (see
-        :mod:`ppl_vae.infer.replay`)."""
-        for term in self.terms:
-            reason = term.replay_obstacle()
-            if reason is not None:
-                return reason
-        return None
 
 
 def _points(site: dict[str, Any]) -> torch.Tensor | float:

@@ -6,8 +6,8 @@ bookkeeping, the KL dispatch. On a small network that is a large share of the st
 contrastive VAE's MLP at batch 128: about a fifth, docs/performance.md). When the model's
 computation on a batch is the same sequence of tensor operations on every step ("static
 structure", the assumption of Pyro's ``JitTrace_ELBO``), that sequence can be recorded once
-and replayed: :class:`ReplayedLoss` records ``objective.differentiable_loss(model, guide,
-**batch)`` with :func:`torch.fx.experimental.proxy_tensor.make_fx` (pre-dispatch ATen ops,
+and replayed: :class:`ReplayedLoss` records the objective's ELBO step
+(``objective.training_loss(model, guide, **batch)``, :func:`~ppl_vae.infer.steps.training_loss`) with :func:`torch.fx.experimental.proxy_tensor.make_fx` (pre-dispatch ATen ops,
 grad-mode switches included) into a graph whose inputs are the parameters and buffers of the
 modules involved and the batch tensors, and calls that graph on every later step with the
 same batch shapes. The recording is simplified (operations that compute nothing are dropped,
@@ -20,17 +20,18 @@ same batch shapes. The recording is simplified (operations that compute nothing 
   numbers as an eager one;
 - parameters and buffers are graph inputs, read as they are at each call (the optimiser's
   in-place updates are seen), and autograd runs through the graph as through eager code;
-- the tensors an objective leaves behind for the rest of the step (the logged ``terms``, the
-  contrastive discriminator's samples) are graph outputs, handed back to the objective after
-  each call (``step_outputs``/``load_step_outputs`` of :class:`~ppl_vae.infer.MeanFieldELBO`).
+- what the step returns besides the loss (:class:`~ppl_vae.infer.steps.TrainingLoss`: the
+  logged terms, the samples the contrastive discriminator's step takes) are graph outputs,
+  returned in the same structure on every call.
 
 What a recording freezes: Python numbers (weights such as beta or gamma, the data-set scales,
 shapes), control flow on tensor values, Python-side randomness. So it refuses what it can
 detect changing: components that hold a training-step schedule
 (:func:`~ppl_vae.infer.schedules.holds_schedule`: PartedVAE's capacities and attention
-sharpness), objectives that name a reason (``replay_obstacle``),
-Pyro validation (its checks read each step's values), autocast, and data parallelism (the
-batch-level terms' collectives). After changing a setting of the model or the objective
+sharpness), Pyro validation (its checks read each step's values), autocast, data parallelism
+(the batch-level terms' collectives), and arguments other than tensors (the whole-data
+``aggregate_data`` of :class:`~ppl_vae.infer.terms.AggregateDivergence`, encoded under
+activation checkpointing, which a recording would unroll). After changing a setting of the model or the objective
 between steps, call :meth:`ReplayedLoss.clear`.
 """
 from __future__ import annotations
@@ -50,6 +51,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ppl_vae.infer.distributed import world_size
 from ppl_vae.infer.schedules import holds_schedule
+from ppl_vae.infer.steps import TrainingLoss, training_loss
 
 #: The torch releases (major, minor) the recording and its simplification are tested on; on
 #: others :class:`ReplayedLoss` warns and computes the eager loss.
@@ -82,22 +84,26 @@ _IDENTITY_ARITHMETIC = {
 
 
 def replay_obstacle(objective: Any, modules: Sequence[nn.Module]) -> str | None:
-    """Why ``objective`` with ``modules`` cannot be recorded once and replayed, or ``None``."""
+    """Why ``objective`` with ``modules`` cannot be recorded once and replayed, or ``None``:
+    a component that holds a training-step schedule."""
     for component in (objective, *modules):
         if holds_schedule(component):
             return (
                 f"{type(component).__name__} changes with the training step (it holds a schedule), "
                 "and a replayed loss would keep the first step's values"
             )
-    declared = getattr(objective, "replay_obstacle", None)
-    return declared() if callable(declared) else None
+    return None
 
 
 def batch_signature(batch: dict[str, torch.Tensor]) -> Signature:
     """``(name, shape, dtype, device)`` of every batch tensor, sorted by name: one recording each."""
     for name, value in batch.items():
         if not isinstance(value, torch.Tensor):
-            raise ValueError(f"a replayed loss takes tensors only, got {type(value).__name__} for {name!r}")
+            raise ValueError(
+                f"a replayed loss takes tensors only, got {type(value).__name__} for {name!r} (a whole-data "
+                "aggregate_data is encoded under activation checkpointing, which a recording would unroll: "
+                "use the eager objective)"
+            )
     return tuple((name, tuple(value.shape), value.dtype, value.device) for name, value in sorted(batch.items()))
 
 
@@ -269,12 +275,12 @@ def _submodules(module: nn.Module) -> list[nn.Module]:
 
 
 class ReplayedLoss:
-    """``objective.differentiable_loss(model, guide, **batch)``, recorded on the first call for
-    each batch signature and replayed on later calls (module docstring).
+    """The ELBO step of ``objective`` (:func:`~ppl_vae.infer.steps.training_loss`), recorded on
+    the first call for each batch signature and replayed on later calls (module docstring).
+    Each call returns a :class:`~ppl_vae.infer.steps.TrainingLoss`, as the eager step does.
 
-    :param objective: an ELBO with ``differentiable_loss`` (the library's objectives hand their
-        per-step tensors back through ``step_outputs``/``load_step_outputs``; others keep
-        whatever their recording call left).
+    :param objective: an ELBO with ``training_loss`` (:class:`~ppl_vae.infer.MeanFieldELBO`
+        and its presets) or ``differentiable_loss``.
     :param model: the model callable (e.g. ``vae.model``).
     :param guide: the guide callable.
     :param modules: every module whose parameters or buffers the loss reads (the model's
@@ -292,7 +298,7 @@ class ReplayedLoss:
         loss_fn = ReplayedLoss(elbo, vae.model, vae.guide, [vae])
         for x in batches:
             optimizer.zero_grad()
-            loss_fn(x=x).backward()
+            loss_fn(x=x).loss.backward()
             optimizer.step()
     """
 
@@ -312,6 +318,7 @@ class ReplayedLoss:
         self.objective = objective
         self.model = model
         self.guide = guide
+        self.training_loss = training_loss(objective, model, guide)
         self.modules = list(modules)
         self.max_recordings = max_recordings
         self.eager = torch_release() not in TESTED_TORCH_VERSIONS
@@ -322,12 +329,12 @@ class ReplayedLoss:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        self._recordings: OrderedDict[Signature, tuple[fx.GraphModule, list[str]]] = OrderedDict()
+        self._recordings: OrderedDict[Signature, fx.GraphModule] = OrderedDict()
 
-    def __call__(self, **batch: torch.Tensor) -> torch.Tensor:
-        """The loss (a scalar tensor with gradients) on ``batch``, by replay."""
+    def __call__(self, **batch: torch.Tensor) -> TrainingLoss:
+        """The ELBO step on ``batch`` (its loss a scalar tensor with gradients), by replay."""
         if self.eager:
-            return self.objective.differentiable_loss(self.model, self.guide, **batch)
+            return self.training_loss(**batch)
         self._check_call()
         signature = batch_signature(batch)
         names = [name for name, *_ in signature]
@@ -337,12 +344,7 @@ class ReplayedLoss:
             while len(self._recordings) > self.max_recordings:
                 self._recordings.popitem(last=False)
         self._recordings.move_to_end(signature)
-        graph, output_names = self._recordings[signature]
-        loss, *outputs = graph(*inputs)
-        load = getattr(self.objective, "load_step_outputs", None)
-        if load is not None:
-            load(dict(zip(output_names, outputs, strict=True)))
-        return loss
+        return self._recordings[signature](*inputs)
 
     def clear(self) -> None:
         """Forget every recording (after changing a setting the recordings froze)."""
@@ -384,24 +386,19 @@ class ReplayedLoss:
                             seen.setdefault(id(tensor), tensor)
         return list(seen.values())
 
-    def _record(self, names: list[str], inputs: list[torch.Tensor]) -> tuple[fx.GraphModule, list[str]]:
-        output_names: list[str] = []
+    def _record(self, names: list[str], inputs: list[torch.Tensor]) -> fx.GraphModule:
         state = len(inputs) - len(names)
 
-        def loss_and_outputs(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            batch = dict(zip(names, tensors[state:], strict=True))
-            loss = self.objective.differentiable_loss(self.model, self.guide, **batch)
-            if not isinstance(loss, torch.Tensor):
-                raise ValueError(f"the loss must be a tensor to be replayed, got {type(loss).__name__}")
-            collect = getattr(self.objective, "step_outputs", None)
-            outputs = dict(collect()) if collect is not None else {}
-            output_names[:] = list(outputs)
-            return (loss, *outputs.values())
+        def step(*tensors: torch.Tensor) -> TrainingLoss:
+            result = self.training_loss(**dict(zip(names, tensors[state:], strict=True)))
+            if not isinstance(result.loss, torch.Tensor):
+                raise ValueError(f"the loss must be a tensor to be replayed, got {type(result.loss).__name__}")
+            return result
 
         devices = sorted({t.device.index or 0 for t in inputs if t.device.type == "cuda"})
         with torch.random.fork_rng(devices=devices), pyro.validation_enabled(False):
             try:
-                graph = make_fx(loss_and_outputs, pre_dispatch=True)(*inputs)
+                graph = make_fx(step, pre_dispatch=True)(*inputs)
             except RuntimeError as error:
                 if "get value out of a tracing tensor" not in str(error):
                     raise
@@ -418,4 +415,4 @@ class ReplayedLoss:
                         f"the loss reads a tensor that requires grad (shape {tuple(constant.shape)}) but is not a "
                         "parameter or buffer of the modules given to ReplayedLoss; its gradient would be lost"
                     )
-        return _call_bindings(_simplify(graph)), list(output_names)
+        return _call_bindings(_simplify(graph))

@@ -4,12 +4,18 @@ PartedVAE's semi-supervised classifier step and the contrastive VAE's discrimina
 step are not part of the ELBO: each has its own loss, its own parameters and its own
 optimiser. An objective lists them in ``auxiliary_steps(model)``; a plain SVI loop and
 the engine (:func:`ppl_vae.fit`) both take them from there.
+
+A step declared ``"after"`` the ELBO step may take arguments from it: the objective's
+``training_loss`` returns them (:class:`TrainingLoss`, ``step_arguments``, by step name) and
+:class:`~ppl_vae.infer.TrainingIteration` passes them to the step's loss as keyword
+arguments (the TC discriminator's step takes the guide samples the ELBO step drew).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -21,7 +27,9 @@ class AuxiliaryStep:
 
     :param name: the name its loss is logged under (``"classifier"``, ``"discriminator"``).
     :param loss: callable taking the batch of ``data_group`` as keyword arguments (or the
-        ELBO's batch when ``data_group`` is ``None``) and returning a scalar loss.
+        ELBO's batch when ``data_group`` is ``None``), and for an ``"after"`` step the
+        arguments the ELBO step hands it (:attr:`TrainingLoss.step_arguments`), returning a
+        scalar loss.
     :param parameters: the tensors its optimiser updates; nothing else is changed.
     :param data_group: the name of the training-data group that feeds it (e.g.
         ``"labelled"``), or ``None`` for the ELBO's own batch.
@@ -61,8 +69,31 @@ def auxiliary_modules(objective: object) -> dict[str, nn.Module]:
     return dict(declare()) if declare is not None else {}
 
 
-def objective_terms(objective: object) -> dict[str, torch.Tensor]:
-    """The per-point values an objective logged on its last call (``objective.logged`` of
-    :class:`~ppl_vae.infer.MeanFieldELBO`: reconstruction, KL, each term and its parts;
-    detached tensors); empty for an objective that logs nothing."""
-    return dict(getattr(objective, "logged", {}) or {})
+class TrainingLoss(NamedTuple):
+    """What an objective's ELBO step returns to the training iteration.
+
+    :param loss: ``-ELBO``, a differentiable scalar tensor.
+    :param logged: per-point values to log by name (detached scalar tensors; read them on the
+        host only when needed).
+    :param step_arguments: keyword arguments for the auxiliary steps taken after the ELBO
+        step, by step name (detached tensors), e.g. ``{"discriminator": {"salient_sample": s,
+        "shared_sample": z}}``.
+    """
+
+    loss: torch.Tensor
+    logged: dict[str, torch.Tensor]
+    step_arguments: dict[str, dict[str, torch.Tensor]]
+
+
+def training_loss(objective: Any, model: Callable, guide: Callable) -> Callable[..., TrainingLoss]:
+    """``(**batch) -> TrainingLoss`` of ``objective``: its ``training_loss(model, guide,
+    **batch)`` (:class:`~ppl_vae.infer.MeanFieldELBO` and its presets), or its
+    ``differentiable_loss`` with nothing logged and no step arguments (a plain Pyro ELBO)."""
+    declared = getattr(objective, "training_loss", None)
+    if declared is not None:
+        return functools.partial(declared, model, guide)
+
+    def plain(**batch: torch.Tensor) -> TrainingLoss:
+        return TrainingLoss(objective.differentiable_loss(model, guide, **batch), {}, {})
+
+    return plain

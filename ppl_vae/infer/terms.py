@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import pyro.distributions as dist
 import torch
@@ -131,12 +131,15 @@ class TermSites:
         for a plain function.
     :param guide: the guide callable, for terms that encode other data (the whole-data
         aggregate posterior).
+    :param inputs: the keyword arguments of the objective's call that the terms take
+        (:meth:`Term.inputs`), e.g. ``{"aggregate_data": {"x": X}}``; those not given are absent.
     """
 
     guide_trace: Trace
     model_sites: Mapping[str, dict]
     module: nn.Module | None
     guide: Callable
+    inputs: Mapping[str, Any] = field(default_factory=dict)
 
     def model_site(self, name: str) -> dict:
         """The model's sample site ``name``; a ``ValueError`` naming it if the model has none."""
@@ -193,16 +196,15 @@ class Term:
         """Networks this term owns outside the model, by name (none by default)."""
         return {}
 
-    def step_outputs(self) -> dict[str, torch.Tensor]:
-        """Tensors the last evaluation leaves for the rest of the step (none by default)."""
+    def inputs(self) -> tuple[str, ...]:
+        """Names of keyword arguments of the objective's call that this term takes instead of
+        the model and guide (read from :attr:`TermSites.inputs`; none by default)."""
+        return ()
+
+    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
+        """Keyword arguments for this term's auxiliary steps taken after the ELBO step, by step
+        name, read from the ELBO step's particle (none by default)."""
         return {}
-
-    def load_step_outputs(self, outputs: Mapping[str, torch.Tensor]) -> None:
-        """Set what :meth:`step_outputs` returns (used by a replayed loss)."""
-
-    def replay_obstacle(self) -> str | None:
-        """Why a loss with this term cannot be recorded once and replayed, or ``None``."""
-        return None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, weight={self.weight})"
@@ -476,8 +478,12 @@ class AggregateDivergence(Term):
       ``{z'_n}`` (Eq. 10).
     - ``divergence="inclusive_kl"``: KL(p(z) || q(z)) estimated as
       ``mean_n [log p(z'_n) - log q(z'_n)]``, ``log q`` the density of the aggregate encoding
-      (:func:`~ppl_vae.infer.aggregate_log_density`) of the minibatch, or of ``aggregate_data``
-      encoded by the guide in chunks (App. B).
+      (:func:`~ppl_vae.infer.aggregate_log_density`) of the minibatch, or, when the objective is
+      called with the keyword argument ``aggregate_data`` (:meth:`inputs`), of that whole data
+      set encoded by the guide in chunks (App. B; :func:`aggregate_encodings`)::
+
+          elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
+          svi.step(x=X[batch], aggregate_data={"x": X})  # ppl_vae.fit(..., elbo_arguments=...)
 
     Under data parallelism the MMD compares the gathered samples of every process and the
     aggregate encoding gathers every process's q(z|x_n) (with ``aggregate_data`` each process
@@ -490,12 +496,13 @@ class AggregateDivergence(Term):
     :param alpha: weight alpha.
     :param divergence: ``"mmd"`` or ``"inclusive_kl"``.
     :param length_scales: the MMD kernel's length scales.
-    :param aggregate_data: keyword arguments of the guide for a whole data set, e.g.
-        ``{"x": X (N, ...)}`` (inclusive KL only): re-encoded with gradients every step, chunk by
-        chunk under activation checkpointing (memory O(N D) plus one chunk's activations).
-    :param chunk_size: encodings per block in the aggregate density and per guide call.
+    :param chunk_size: encodings per block in the aggregate density and per guide call on
+        ``aggregate_data``.
     :param name: the factor's name.
     """
+
+    #: The keyword argument of the objective's call that holds the whole data set.
+    AGGREGATE_DATA = "aggregate_data"
 
     def __init__(
         self,
@@ -503,38 +510,34 @@ class AggregateDivergence(Term):
         alpha: float,
         divergence: str = "mmd",
         length_scales: Sequence[float] = DEFAULT_MMD_LENGTH_SCALES,
-        aggregate_data: Mapping[str, torch.Tensor] | None = None,
         chunk_size: int = 4096,
         name: str = "aggregate_divergence",
     ) -> None:
         super().__init__(name, alpha, "alpha")
         if divergence not in DIVERGENCES:
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
-        if aggregate_data is not None and divergence != "inclusive_kl":
-            raise ValueError(f"aggregate_data is used by the inclusive KL only, got divergence={divergence!r}")
-        if aggregate_data is not None and not aggregate_data:
-            raise ValueError("aggregate_data must name at least one tensor, got an empty mapping")
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         self.site = _check_name(site, "site")
         self.divergence = divergence
         self.length_scales = tuple(float(s) for s in length_scales)
-        self.aggregate_data = dict(aggregate_data) if aggregate_data is not None else None
         self.chunk_size = chunk_size
-        self._aggregate_on_device: dict[torch.device, dict[str, torch.Tensor]] = {}
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
         """N of the latent site."""
         return sites.num_points(self.site)
 
-    def replay_obstacle(self) -> str | None:
-        """With ``aggregate_data`` the whole set is re-encoded under activation checkpointing, which a recording would unroll."""
-        if self.aggregate_data is not None:
-            return f"{self.name} re-encodes the whole aggregate_data under activation checkpointing"
-        return None
+    def inputs(self) -> tuple[str, ...]:
+        """``("aggregate_data",)``: keyword arguments of the guide for a whole data set, e.g.
+        ``{"x": X (N, ...)}`` (inclusive KL only), re-encoded with gradients on every call, chunk
+        by chunk under activation checkpointing (memory O(N D) plus one chunk's activations)."""
+        return (self.AGGREGATE_DATA,)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(D(q(z), p(z)), {})``, the MMD or the inclusive KL."""
+        aggregate_data = sites.inputs.get(self.AGGREGATE_DATA)
+        if aggregate_data is not None and self.divergence != "inclusive_kl":
+            raise ValueError(f"aggregate_data is used by the inclusive KL only, got divergence={self.divergence!r}")
         guide_site = sites.guide_site(self.site)
         prior = sites.model_site(self.site)["fn"]
         prior_z = _prior_draws(prior)
@@ -542,11 +545,11 @@ class AggregateDivergence(Term):
             posterior_z = guide_site["value"].reshape(-1, prior_z.shape[-1])
             return mmd_dimensionwise(all_gather(posterior_z), all_gather(prior_z), self.length_scales), {}
         prior_log_prob = prior.log_prob(prior_z.reshape(prior.shape())).reshape(-1)
-        if self.aggregate_data is None:
+        if aggregate_data is None:
             loc, scale = _diagonal_normal(guide_site["fn"], self.site)
             loc, scale = all_gather(loc.reshape(-1, loc.shape[-1])), all_gather(scale.reshape(-1, scale.shape[-1]))
         else:
-            loc, scale = self._aggregate_encodings(sites.guide, prior_z.device)
+            loc, scale = aggregate_encodings(sites.guide, aggregate_data, self.site, self.chunk_size, prior_z.device)
         log_ratio = prior_log_prob - aggregate_log_density(prior_z, loc, scale, self.chunk_size)
         estimate = log_ratio.mean()
         if not prior.has_rsample and prior_log_prob.requires_grad:
@@ -557,35 +560,49 @@ class AggregateDivergence(Term):
                 estimate = estimate + ((detached - baseline) * (prior_log_prob - prior_log_prob.detach())).mean()
         return estimate, {}
 
-    def _aggregate_encodings(self, guide: Callable, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(N, D)`` means and scales of q(z | x_j) over ``aggregate_data``, the guide run in
-        chunks (blocked, so the calls leave no trace), each under activation checkpointing when
-        gradients are on (its activations recomputed with the same random state in backward)."""
-        if device not in self._aggregate_on_device:
-            self._aggregate_on_device[device] = {
-                key: (value if value.is_floating_point() else value.to(torch.get_default_dtype())).to(device)
-                for key, value in self.aggregate_data.items()
-            }
-        data = self._aggregate_on_device[device]
-        keys = list(data)
-        size = data[keys[0]].shape[0]
 
-        def encode(*chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            with poutine.block():
-                site = poutine.trace(guide).get_trace(**dict(zip(keys, chunk, strict=True))).nodes[self.site]
-            loc, scale = _diagonal_normal(site["fn"], self.site)
-            return loc.reshape(-1, loc.shape[-1]), scale.reshape(-1, scale.shape[-1])
+def aggregate_encodings(
+    guide: Callable, data: Mapping[str, torch.Tensor], site: str, chunk_size: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, D)`` means and scales of q(z | x_j) of the guide's ``site`` over a whole data set.
 
-        locs, scales = [], []
-        for start in range(0, size, self.chunk_size):
-            chunk = [data[key][start : start + self.chunk_size] for key in keys]
-            if torch.is_grad_enabled():
-                loc, scale = checkpoint(encode, *chunk, use_reentrant=False)
-            else:
-                loc, scale = encode(*chunk)
-            locs.append(loc)
-            scales.append(scale)
-        return torch.cat(locs), torch.cat(scales)
+    The guide runs on ``data`` (its keyword arguments, tensors ``(N, ...)``) in chunks of
+    ``chunk_size`` rows, blocked so that the calls leave no trace, each chunk moved to
+    ``device`` (integer data converted to the default float type) and, when gradients are on,
+    run under activation checkpointing (its activations recomputed, with the same random
+    state, in backward).
+
+    :raises ValueError: when ``data`` is not a non-empty mapping of tensors with the same
+        number of rows.
+    """
+    if not isinstance(data, Mapping) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise ValueError(f"aggregate_data must map the guide's argument names to tensors (N, ...), got {data!r}")
+    keys = list(data)
+    size = data[keys[0]].shape[0]
+    if any(data[key].shape[0] != size for key in keys):
+        raise ValueError(f"aggregate_data's tensors must have the same number of rows, got {[tuple(data[k].shape) for k in keys]}")
+
+    def encode(*chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with poutine.block():
+            node = poutine.trace(guide).get_trace(**dict(zip(keys, chunk, strict=True))).nodes[site]
+        loc, scale = _diagonal_normal(node["fn"], site)
+        return loc.reshape(-1, loc.shape[-1]), scale.reshape(-1, scale.shape[-1])
+
+    locs, scales = [], []
+    for start in range(0, size, chunk_size):
+        chunk = [_as_float(data[key][start : start + chunk_size].to(device)) for key in keys]
+        if torch.is_grad_enabled():
+            loc, scale = checkpoint(encode, *chunk, use_reentrant=False)
+        else:
+            loc, scale = encode(*chunk)
+        locs.append(loc)
+        scales.append(scale)
+    return torch.cat(locs), torch.cat(scales)
+
+
+def _as_float(value: torch.Tensor) -> torch.Tensor:
+    """``value`` in the default float type unless it is floating already."""
+    return value if value.is_floating_point() else value.to(torch.get_default_dtype())
 
 
 def permute_shared(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -621,8 +638,8 @@ class TotalCorrelation(Term):
 
     D belongs to this term (not to the model or Pyro's parameter store). The factor evaluates D
     with its parameters detached, so the ELBO's gradient never reaches D; D is trained by the
-    term's own step (:meth:`auxiliary_steps`, after each ELBO step), on the detached samples of
-    that ELBO step.
+    term's own step (:meth:`auxiliary_steps`, after each ELBO step) on detached samples: those
+    of the ELBO step, which hands them to the step as arguments (:meth:`step_arguments`).
 
     :param salient_site: the site of s.
     :param shared_site: the site of z.
@@ -632,6 +649,9 @@ class TotalCorrelation(Term):
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
     :param name: the factor's name.
     """
+
+    #: The name of the discriminator's auxiliary step (its loss is logged as ``discriminator_loss``).
+    STEP = "discriminator"
 
     def __init__(
         self,
@@ -650,7 +670,6 @@ class TotalCorrelation(Term):
         self.shared_site = _check_name(shared_site, "shared_site")
         self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
         self.discriminator_lr = discriminator_lr
-        self._last_samples: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
         """N of the salient site."""
@@ -665,22 +684,19 @@ class TotalCorrelation(Term):
         return functional_call(self.discriminator, detached, (v,))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(mean_n logit D([s_n, z_n]), {})``; keeps the detached samples for the discriminator step."""
+        """``(mean_n logit D([s_n, z_n]), {})``."""
         s = sites.model_site(self.salient_site)["value"]
         z = sites.model_site(self.shared_site)["value"]
-        self._last_samples = (s.detach(), z.detach())
         return self.log_density_ratio(s, z).mean(), {}
 
-    def step_outputs(self) -> dict[str, torch.Tensor]:
-        """The detached ``s``, ``z`` the discriminator step reuses."""
-        if self._last_samples is None:
+    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
+        """``{"discriminator": {"salient_sample": s, "shared_sample": z}}``, the ELBO step's
+        samples, detached, for the discriminator step; none when the weight is 0 (no step)."""
+        if self.weight == 0:
             return {}
-        return {"salient_sample": self._last_samples[0], "shared_sample": self._last_samples[1]}
-
-    def load_step_outputs(self, outputs: Mapping[str, torch.Tensor]) -> None:
-        """Take the samples of a replayed step (keys of :meth:`step_outputs`)."""
-        if "salient_sample" in outputs:
-            self._last_samples = (outputs["salient_sample"], outputs["shared_sample"])
+        s = sites.model_site(self.salient_site)["value"]
+        z = sites.model_site(self.shared_site)["value"]
+        return {self.STEP: {"salient_sample": s.detach(), "shared_sample": z.detach()}}
 
     def auxiliary_modules(self) -> dict[str, nn.Module]:
         """``{"discriminator": D}``, for the engine to move and checkpoint."""
@@ -688,21 +704,22 @@ class TotalCorrelation(Term):
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The discriminator step (after each ELBO step): :func:`discriminator_loss` on detached
-        ``[s, z]``: the samples the ELBO step just drew on the same batch (no second pass through
-        the encoders), or fresh ones from ``model.guide`` when the step is taken on its own;
-        none when the weight is 0."""
+        ``[s, z]``: ``salient_sample`` and ``shared_sample`` when given (the samples the ELBO
+        step drew on the same batch, :meth:`step_arguments`: no second pass through the
+        encoders), else fresh ones from ``model.guide`` on the batch (a plain SVI loop); none
+        when the weight is 0."""
         if self.weight == 0:
             return []
         self.discriminator.build(model.salient_dim + model.shared_dim)
 
-        def loss(**batch: torch.Tensor) -> torch.Tensor:
-            samples, self._last_samples = self._last_samples, None
-            target = batch.get("target")
-            if samples is None or target is None or samples[0].shape[0] != target.shape[0]:
-                samples = self.guide_samples(model, **batch)
-            return discriminator_loss(self.discriminator, *samples)
+        def loss(
+            salient_sample: torch.Tensor | None = None, shared_sample: torch.Tensor | None = None, **batch: torch.Tensor
+        ) -> torch.Tensor:
+            if salient_sample is None or shared_sample is None:
+                salient_sample, shared_sample = self.guide_samples(model, **batch)
+            return discriminator_loss(self.discriminator, salient_sample, shared_sample)
 
-        return [AuxiliaryStep("discriminator", loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
+        return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
 
     @torch.no_grad()
     def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,6 +37,8 @@ class Experiment:
         ``pictures_dir`` and returns JSON-ready metrics.
     :param model_inputs: JSON-ready facts about the training data that the recipe's
         ``build_model`` needs to rebuild ``model`` without the data (shapes, sizes).
+    :param elbo_arguments: keyword arguments of the objective on every training step
+        (:func:`ppl_vae.fit`'s ``elbo_arguments``, e.g. the whole-data aggregate).
     """
 
     model: nn.Module
@@ -44,6 +46,7 @@ class Experiment:
     train_data: Mapping[str, Any]
     evaluate: Callable[[nn.Module, Path], dict[str, Any]]
     model_inputs: dict[str, Any] = field(default_factory=dict)
+    elbo_arguments: dict[str, Any] = field(default_factory=dict)
 
 
 def train_recipe(
@@ -69,6 +72,7 @@ def train_recipe(
         resume=resume,
         overwrite=overwrite,
         extra_config={"recipe": recipe.name, "config": config_to_dict(config), "model_inputs": experiment.model_inputs},
+        elbo_arguments=experiment.elbo_arguments,
     )
     if result.global_rank != 0:
         return {}

@@ -91,10 +91,10 @@ def build_untrained(
     (one point's shape as trained, after ``flatten``; ``model_inputs["image_shape"]`` before),
     and its objective.
 
-    :param x: the training data ``(N, *shape)``: the PCA priors take their variances from it
-        and ``aggregate_over_dataset`` aggregates over it. Without it (reloading a trained
-        model, whose prior comes from the checkpoint) the PCA priors start isotropic and the
-        objective aggregates over each minibatch.
+    :param x: the training data ``(N, *shape)``: the PCA priors take their variances from it.
+        Without it (reloading a trained model, whose prior comes from the checkpoint) the PCA
+        priors start isotropic. (``aggregate_over_dataset`` is an argument of each training
+        step, :func:`build`'s ``elbo_arguments``, not part of the objective.)
     """
     encoder, decoder = networks(
         tuple(model_inputs["shape"]), config.latent_dim, config.hidden, hidden_activation=config.hidden_activation
@@ -112,7 +112,6 @@ def build_untrained(
         beta=config.beta,
         alpha=config.alpha,
         divergence=config.divergence,
-        aggregate_data={"x": x} if config.aggregate_over_dataset and x is not None else None,
     )
     return model, objective
 
@@ -157,7 +156,8 @@ def build(config: DecompositionConfig) -> Experiment:
             figures["factor_score"] = result.score
         return figures
 
-    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs)
+    elbo_arguments = {"aggregate_data": {"x": data.x}} if config.aggregate_over_dataset else {}
+    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs, elbo_arguments)
 
 
 def authors_settings(config: DecompositionConfig) -> DecompositionConfig:

@@ -42,11 +42,8 @@ def __getattr__(name: str) -> Any:
 def _load_engine() -> None:
     """Import every engine module and bind its public names here (``fit`` the function,
     not the module of the same name)."""
-    from ppl_vae.train.environment import drop_nvml_check_without_nvml
-
     for attribute, module in _ENGINE.items():
         globals()[attribute] = getattr(importlib.import_module(f"ppl_vae.train.{module}"), attribute)
-    drop_nvml_check_without_nvml()  # Lightning, imported above, set it
 
 
 __all__ = ["LRPlateau", "TrainConfig", *sorted(_ENGINE)]

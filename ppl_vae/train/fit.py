@@ -187,6 +187,7 @@ def _set_up(
     extra_config: Mapping[str, Any] | None,
     weights_only: bool,
     rank: int,
+    elbo_arguments: Mapping[str, Any] | None = None,
 ) -> _Setup:
     """Check the inputs, build the training module, read the checkpoint resumed from, and (on
     rank 0) prepare the run directory; raises on the first problem."""
@@ -200,7 +201,7 @@ def _set_up(
     batches = TensorBatches(
         as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes
     )
-    module = SVIModule(model, objective, config, batches)
+    module = SVIModule(model, objective, config, batches, elbo_arguments)
     if run_dir is None:
         return _Setup(module)
     run = RunDirectory(run_dir, overwrite=overwrite or rank > 0, resume=resume)
@@ -271,6 +272,7 @@ def fit(
     extra_config: Mapping[str, Any] | None = None,
     callbacks: Sequence[L.Callback] = (),
     weights_only: bool = True,
+    elbo_arguments: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> FitResult:
     """Train ``model`` on ``objective`` by SVI with Lightning.
@@ -297,6 +299,10 @@ def fit(
         ``torch.load(weights_only=True)`` (tensors and plain data, never code). ``False``
         resumes from a trusted checkpoint of an older ppl_vae, which pickled numpy arrays;
         unpickling can run any code the file holds.
+    :param elbo_arguments: keyword arguments of the objective on every ELBO step besides the
+        batch, e.g. ``{"aggregate_data": {"x": X}}``: the whole data set whose encodings form
+        q(z) in :class:`~ppl_vae.infer.terms.AggregateDivergence`'s inclusive KL. Their tensors
+        are moved to the training device once.
 
     Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see
     :func:`~ppl_vae.train.distributed.training_strategy`) trains one process per device,
@@ -323,7 +329,9 @@ def fit(
     rank = launch_rank(config.devices)
     failure = None
     try:
-        setup = _set_up(model, objective, data, config, run_dir, resume, overwrite, extra_config, weights_only, rank)
+        setup = _set_up(
+            model, objective, data, config, run_dir, resume, overwrite, extra_config, weights_only, rank, elbo_arguments
+        )
     except Exception as error:
         if num_processes == 1 or not launched_by_a_launcher():
             raise

@@ -8,19 +8,20 @@ the ELBO step, each with its own optimiser and its own parameters.
 """
 from __future__ import annotations
 
-import functools
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
+from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.iteration import TrainingIteration
-from ppl_vae.infer.replay import ReplayedLoss
+from ppl_vae.infer.replay import ReplayedLoss, batch_signature
 from ppl_vae.infer.schedules import set_training_step
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
@@ -79,7 +80,8 @@ class SVIModule(L.LightningModule):
 
     Each training iteration is a :class:`~ppl_vae.infer.TrainingIteration`: the objective's
     ``"before"`` auxiliary steps, one ELBO step on every data group that no auxiliary step
-    claims, then the ``"after"`` steps. Every step zeroes the gradients of its own optimiser's
+    claims (with ``elbo_arguments``, e.g. a whole-data aggregate, on every iteration), then the
+    ``"after"`` steps, which take what the ELBO step hands them. Every step zeroes the gradients of its own optimiser's
     parameters before its backward pass and changes only those parameters; backward passes go
     through Lightning's ``manual_backward`` and steps through its optimiser wrappers (so
     strategies, precision plugins and callbacks' hooks see them). One Lightning training step
@@ -113,6 +115,7 @@ class SVIModule(L.LightningModule):
         objective: Any,
         config: TrainConfig,
         batches: TensorBatches,
+        elbo_arguments: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.model = model
@@ -120,13 +123,14 @@ class SVIModule(L.LightningModule):
         self.config = config
         self.batches = batches
         self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
-        self.elbo_loss = (
-            ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
-            if config.replay_loss
-            else functools.partial(objective.differentiable_loss, model.model, model.guide)
-        )
+        self.elbo_arguments = dict(elbo_arguments or {})
+        replayed = None
+        if config.replay_loss:
+            batch_signature(self.elbo_arguments)  # refuses what a recording cannot take, before training
+            replayed = ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
         self.training_iteration = TrainingIteration(
-            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=self.elbo_loss, backward=self.manual_backward
+            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=replayed, backward=self.manual_backward,
+            elbo_arguments=self.elbo_arguments,
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps
         self.plateau = PlateauSchedules(config.lr_plateau, ["elbo", *(step.name for step in self.steps)])
@@ -255,12 +259,14 @@ class SVIModule(L.LightningModule):
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def on_fit_start(self) -> None:
-        """Shard the batches for this process and move them to the training device when asked."""
+        """Shard the batches for this process and move them to the training device when asked;
+        move the ELBO step's arguments (``elbo_arguments``) there."""
         self.batches.shard(self.global_rank, self.trainer.world_size)
         if self.config.data_on_device:
             self.batches.to(self.device)
         elif self.device.type == "cuda":
             self.batches.pin_memory()
+        self.training_iteration.elbo_arguments = move_data_to_device(self.elbo_arguments, self.device)
 
     def on_train_start(self) -> None:
         """Restore the checkpoint's random state (or seed this process) and hand Lightning's optimiser wrappers to the training iteration."""

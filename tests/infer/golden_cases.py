@@ -58,12 +58,14 @@ def _small_vae(cls, prior: nn.Module, **kwargs):
 
 
 def _decomposition(prior: Callable[[], nn.Module], aggregate: bool = False, **settings):
+    """With ``aggregate``, the whole-data aggregate is the ``aggregate_data`` argument of the objective's call."""
     torch.manual_seed(0)
     model = _small_vae(DecompositionVAE, prior(), data_size=40)
+    batch = {"x": _binary(16, 1)}
     if aggregate:
-        settings["aggregate_data"] = {"x": _binary(24, 4)}
+        batch["aggregate_data"] = {"x": _binary(24, 4)}
         settings["chunk_size"] = 10
-    return model, DecompositionELBO(**settings), {"x": _binary(16, 1)}, 0
+    return model, DecompositionELBO(**settings), batch, 0
 
 
 def _vae_beta():

@@ -1,4 +1,6 @@
 """ContrastiveELBO: the TC factor, the discriminator's separation from the VAE, the TC estimate."""
+import dataclasses
+
 import pyro
 import pytest
 import torch
@@ -6,6 +8,7 @@ from pyro import poutine
 from pyro.infer import SVI, TraceMeanField_ELBO
 
 import ppl_vae
+from ppl_vae.infer import TrainingIteration
 from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.nn import TCDiscriminator
@@ -135,3 +138,25 @@ def test_linear_discriminator_cannot_see_dependence():
 def test_bad_settings_raise_value_error_naming_the_argument(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         ContrastiveELBO(**kwargs)
+
+
+def test_the_discriminator_step_takes_the_elbo_steps_samples_as_arguments_without_encoding_again(monkeypatch):
+    model, elbo, data = small_model(), ContrastiveELBO(gamma=1.0, discriminator="mlp"), batch()
+    iteration = TrainingIteration(model, elbo, lr=1e-2)
+    (step,) = iteration.steps
+    taken: dict[str, torch.Tensor] = {}
+
+    def recorded(**arguments: torch.Tensor) -> torch.Tensor:
+        taken.update(arguments)
+        return step.loss(**arguments)
+
+    iteration.steps = [dataclasses.replace(step, loss=recorded)]
+    pyro.set_rng_seed(3)
+    drawn = elbo.training_loss(model.model, model.guide, **data).step_arguments["discriminator"]
+    monkeypatch.setattr(elbo.total_correlation, "guide_samples", pytest.fail)
+    pyro.set_rng_seed(3)
+    values = iteration(data)
+    for name, value in drawn.items():
+        torch.testing.assert_close(taken[name], value)
+        assert not taken[name].requires_grad
+    assert torch.isfinite(values["discriminator_loss"])

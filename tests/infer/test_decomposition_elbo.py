@@ -166,16 +166,16 @@ def test_gradients_reach_learned_prior_parameters_through_the_kl_and_the_diverge
 def test_whole_data_set_aggregate_matches_the_minibatch_one_when_they_are_the_same_points():
     model = decomposition_vae(MixtureOfGaussiansPrior.pinwheel())
     minibatch = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
-    chunked = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", aggregate_data={"x": X}, chunk_size=5)
+    chunked = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", chunk_size=5)
     expected = seeded(minibatch.loss, model.model, model.guide, X)
-    assert seeded(chunked.loss, model.model, model.guide, X) == pytest.approx(expected, rel=1e-5)
+    assert seeded(chunked.loss, model.model, model.guide, X, aggregate_data={"x": X}) == pytest.approx(expected, rel=1e-5)
 
 
 def test_whole_data_set_aggregate_reaches_the_encoder_through_points_outside_the_batch():
     model = decomposition_vae(IsotropicGaussianPrior(2))
-    elbo = DecompositionELBO(beta=0.0, alpha=1.0, divergence="inclusive_kl", aggregate_data={"x": X + 3.0})
+    elbo = DecompositionELBO(beta=0.0, alpha=1.0, divergence="inclusive_kl")
     minus_reference = DecompositionELBO(beta=0.0, alpha=0.0, divergence="inclusive_kl")
-    with_aggregate = seeded(elbo.differentiable_loss, model.model, model.guide, X[:4])
+    with_aggregate = seeded(elbo.differentiable_loss, model.model, model.guide, X[:4], aggregate_data={"x": X + 3.0})
     reference = seeded(minus_reference.differentiable_loss, model.model, model.guide, X[:4])
     (grad,) = torch.autograd.grad(with_aggregate - reference, [model.head.loc.weight])
     assert grad.abs().sum() > 0
@@ -187,11 +187,11 @@ def test_checkpointed_chunks_give_the_gradients_of_encoding_everything_at_once(m
     import ppl_vae.infer.terms as terms
 
     model = decomposition_vae(StudentTPrior(2, df=3.0))
-    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", aggregate_data={"x": X + 1.0}, chunk_size=5)
+    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", chunk_size=5)
     params = [p for p in model.parameters() if p.requires_grad]
 
     def loss_and_grads():
-        loss = seeded(elbo.differentiable_loss, model.model, model.guide, X[:6])
+        loss = seeded(elbo.differentiable_loss, model.model, model.guide, X[:6], aggregate_data={"x": X + 1.0})
         return loss.detach(), torch.autograd.grad(loss, params)
 
     checkpointed = loss_and_grads()
@@ -217,8 +217,6 @@ def test_svi_evaluate_loss_reports_the_trained_objective():
         ({"alpha": float("nan")}, "alpha"),
         ({"beta": "1"}, "beta"),
         ({"divergence": "kl"}, "divergence must be one of"),
-        ({"divergence": "mmd", "aggregate_data": {"x": X}}, "aggregate_data"),
-        ({"divergence": "inclusive_kl", "aggregate_data": {}}, "aggregate_data"),
         ({"chunk_size": 0}, "chunk_size"),
         ({"vectorize_particles": True}, "vectorize_particles"),
     ],
@@ -261,3 +259,27 @@ def test_engine_logs_the_terms():
         progress_bar=False,
     )
     assert {"reconstruction", "kl", "aggregate_divergence", "elbo_loss"} <= set(result.history[-1])
+
+
+@pytest.mark.parametrize(
+    "divergence, aggregate_data, match",
+    [
+        ("mmd", {"x": X}, "inclusive KL only"),
+        ("inclusive_kl", {}, "aggregate_data must map"),
+        ("inclusive_kl", {"x": X, "y": X[:3]}, "same number of rows"),
+    ],
+)
+def test_a_bad_whole_data_aggregate_raises_value_error_naming_it(divergence, aggregate_data, match):
+    model = decomposition_vae(IsotropicGaussianPrior(2))
+    elbo = DecompositionELBO(alpha=1.0, divergence=divergence)
+    with pytest.raises(ValueError, match=match):
+        elbo.differentiable_loss(model.model, model.guide, X, aggregate_data=aggregate_data)
+
+
+def test_the_whole_data_aggregate_is_an_argument_the_objective_keeps_nothing_of():
+    model = decomposition_vae(IsotropicGaussianPrior(2))
+    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", chunk_size=5)
+    with_aggregate = seeded(elbo.loss, model.model, model.guide, X[:4], aggregate_data={"x": X + 3.0})
+    minibatch = seeded(elbo.loss, model.model, model.guide, X[:4])
+    assert with_aggregate != pytest.approx(minibatch, rel=1e-3)
+    assert seeded(DecompositionELBO(alpha=1.0, divergence="inclusive_kl").loss, model.model, model.guide, X[:4]) == minibatch

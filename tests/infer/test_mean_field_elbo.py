@@ -149,3 +149,20 @@ def test_a_site_scored_without_gradients_is_scored_again_for_the_loss():
         _, surrogate = elbo._differentiable_loss_particle(model_trace, guide_trace)
     assert model_trace.nodes["x"]["log_prob_sum"].requires_grad
     assert surrogate.requires_grad
+
+
+@pytest.mark.parametrize("name", ["decomposition_mmd", "parted", "contrastive"])
+def test_training_loss_returns_the_loss_and_logged_values_of_differentiable_loss_and_leaves_logged_alone(name):
+    model, objective, batch = _objectives()[name]
+    pyro.set_rng_seed(5)
+    loss = objective.differentiable_loss(model.model, model.guide, **batch)
+    logged = dict(objective.logged)
+    pyro.set_rng_seed(5)
+    result = objective.training_loss(model.model, model.guide, **batch)
+    torch.testing.assert_close(result.loss, loss)
+    assert result.loss.requires_grad
+    assert result.logged.keys() == logged.keys()
+    for key, value in logged.items():
+        torch.testing.assert_close(result.logged[key], value)
+    assert objective.logged.keys() == logged.keys() and all(objective.logged[k] is v for k, v in logged.items())
+    assert set(result.step_arguments) == ({"discriminator"} if name == "contrastive" else set())

@@ -1,6 +1,6 @@
-"""ReplayedLoss: a recorded loss gives the eager loss's values, gradients and per-step tensors,
-reads parameters and buffers as they are, records each batch shape once, and refuses what it
-cannot replay."""
+"""ReplayedLoss: a recorded ELBO step gives the eager step's loss, gradients, logged values and
+step arguments, reads parameters and buffers as they are, records each batch shape once, and
+refuses what it cannot replay."""
 import pyro
 import pytest
 import torch
@@ -49,10 +49,12 @@ def contrastive_batch(rows: int = 16) -> dict[str, torch.Tensor]:
 
 
 def loss_and_gradients(loss_fn, parameters: list[torch.Tensor], seed: int, **batch) -> tuple[torch.Tensor, list]:
+    """``loss_fn`` returns a loss or a TrainingLoss (a ReplayedLoss)."""
     for p in parameters:
         p.grad = None
     torch.manual_seed(seed)
     loss = loss_fn(**batch)
+    loss = getattr(loss, "loss", loss)
     loss.backward()
     return loss.detach(), [None if p.grad is None else p.grad.clone() for p in parameters]
 
@@ -65,19 +67,26 @@ def assert_same(eager: tuple, replayed: tuple) -> None:
             torch.testing.assert_close(b, a)
 
 
-def test_replayed_contrastive_loss_gradients_and_step_tensors_equal_the_eager_ones():
+def test_replayed_contrastive_step_gives_the_eager_loss_gradients_logged_values_and_step_arguments():
     model, elbo, modules = contrastive()
     parameters = list(model.parameters()) + list(elbo.discriminator.parameters())
     replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
     data = contrastive_batch()
     for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        eager_step = elbo.training_loss(model.model, model.guide, **data)
         eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, seed, **data)
-        eager_terms, eager_samples = dict(elbo.logged), elbo.total_correlation._last_samples
+        torch.manual_seed(seed)
+        replayed_step = replayed(**data)
         assert_same(eager, loss_and_gradients(replayed, parameters, seed, **data))
-        assert elbo.logged.keys() == eager_terms.keys()
-        torch.testing.assert_close(elbo.logged["total_correlation"], eager_terms["total_correlation"])
-        for a, b in zip(eager_samples, elbo.total_correlation._last_samples, strict=True):
-            torch.testing.assert_close(b, a)
+        assert replayed_step.logged.keys() == eager_step.logged.keys()
+        for name, value in eager_step.logged.items():
+            torch.testing.assert_close(replayed_step.logged[name], value)
+        samples = replayed_step.step_arguments["discriminator"]
+        assert samples.keys() == {"salient_sample", "shared_sample"}
+        for name, value in eager_step.step_arguments["discriminator"].items():
+            torch.testing.assert_close(samples[name], value)
+            assert not samples[name].requires_grad
     assert replayed.recordings == 1
 
 
@@ -85,7 +94,7 @@ def test_replay_draws_fresh_noise_on_every_call():
     model, elbo, modules = contrastive()
     replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
     data = contrastive_batch()
-    first, second = replayed(**data), replayed(**data)
+    first, second = replayed(**data).loss, replayed(**data).loss
     assert not torch.equal(first, second)
 
 
@@ -93,7 +102,7 @@ def test_replay_reads_the_parameters_and_buffers_as_they_are_at_each_call():
     model, elbo, modules = contrastive()
     replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
     data = contrastive_batch()
-    replayed(**data).backward()
+    replayed(**data).loss.backward()
     torch.optim.SGD(model.parameters(), lr=1e-3).step()
     with torch.no_grad():
         model.salient_prior.loc.add_(0.5)
@@ -139,8 +148,10 @@ def test_grad_mode_switches_inside_the_loss_are_replayed():
         eager = loss_and_gradients(lambda **b: elbo.differentiable_loss(model.model, model.guide, **b), parameters, seed, x=x)
         eager_terms = dict(elbo.logged)
         assert_same(eager, loss_and_gradients(replayed, parameters, seed, x=x))
+        torch.manual_seed(seed)
+        replayed_terms = replayed(x=x).logged
         for name, value in eager_terms.items():
-            torch.testing.assert_close(elbo.logged[name], value)
+            torch.testing.assert_close(replayed_terms[name], value)
 
 
 def test_the_library_base_objective_is_replayed_and_a_loss_that_reads_values_on_the_host_is_refused():
@@ -166,9 +177,10 @@ def test_components_with_a_training_step_schedule_are_refused():
 def test_decomposition_over_a_whole_data_set_is_refused():
     model = DecompositionVAE(MLP([3, 8], final_activation=nn.ReLU()), mlp_decoder(2, [8], (3,)), 2,
                              IsotropicGaussianPrior(2), "gaussian", 0.5)
-    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", aggregate_data={"x": torch.zeros(32, 3)})
-    with pytest.raises(ValueError, match="aggregate_data"):
-        ReplayedLoss(elbo, model.model, model.guide, [model])
+    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
+    replayed = ReplayedLoss(elbo, model.model, model.guide, [model])
+    with pytest.raises(ValueError, match="tensors only.*'aggregate_data'.*activation checkpointing"):
+        replayed(x=torch.zeros(8, 3), aggregate_data={"x": torch.zeros(32, 3)})
 
 
 def test_calls_it_cannot_replay_faithfully_are_refused():
@@ -234,7 +246,7 @@ def test_recorded_operators_are_called_through_the_public_namespaces_builtin_bin
     model, elbo, modules = contrastive()
     replayed = ReplayedLoss(elbo, model.model, model.guide, modules)
     replayed(**contrastive_batch())
-    (graph, _), = replayed._recordings.values()
+    (graph,) = replayed._recordings.values()
     calls = [n for n in graph.graph.nodes if n.op == "call_function"]
     kept = [n.target for n in calls if hasattr(n.target, "overloadpacket")]
     assert all(python_binding(target) is None for target in kept)  # e.g. leaky_relu: only a Python wrapper is public

@@ -1,4 +1,6 @@
 """The training engine: loss falls, resume is exact, steps are isolated, faults are loud."""
+import math
+
 import lightning as L
 import pyro
 import pyro.distributions as dist
@@ -7,7 +9,15 @@ import torch
 from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.infer import AuxiliaryStep, ContrastiveELBO, LinearCapacity, PartedELBO, training_step
+from ppl_vae.infer import (
+    AuxiliaryStep,
+    ContrastiveELBO,
+    DecompositionELBO,
+    LinearCapacity,
+    PartedELBO,
+    TrainingLoss,
+    training_step,
+)
 from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
 from ppl_vae.train import CheckpointError, NonFiniteLossError, RunDirectoryExistsError, TrainConfig, read_checkpoint
@@ -206,13 +216,12 @@ class ExplodingELBO(TraceMeanField_ELBO):
     def __init__(self, at: int) -> None:
         super().__init__()
         self.at = at
-        self.logged = {}
 
-    def differentiable_loss(self, model, guide, *args, **kwargs):
+    def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
         exploded = training_step() >= self.at
-        self.logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}
-        return loss * float("nan") if exploded else loss
+        logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}
+        return TrainingLoss(loss * float("nan") if exploded else loss, logged, {})
 
 
 def test_nan_loss_stops_the_run_naming_step_and_terms_and_keeps_the_last_checkpoint(data, tmp_path):
@@ -339,3 +348,26 @@ def test_replay_loss_names_what_it_cannot_be_combined_with(data):
     elbo = PartedELBO(z_capacity=LinearCapacity(0.0, 5.0, 100), u_capacity=LinearCapacity(0.0, 5.0, 100))
     with pytest.raises(ValueError, match="training step"):
         fit(parted, elbo, data, steps=2, replay_loss=True, **FAST)
+
+
+def test_elbo_arguments_reach_the_objective_on_every_step_and_a_replayed_loss_refuses_a_whole_data_aggregate(data):
+    runs = []
+    for elbo_arguments in ({}, {"aggregate_data": {"x": data["x"]}}):
+        model = small_vae()
+        result = fit(model, DecompositionELBO(alpha=1.0, divergence="inclusive_kl", chunk_size=100), data, steps=10,
+                     elbo_arguments=elbo_arguments, **FAST)
+        assert all(math.isfinite(v) for record in result.history for v in record.values())
+        runs.append([p.detach().clone() for p in model.parameters()])
+    assert any(not torch.equal(a, b) for a, b in zip(*runs, strict=True))
+    with pytest.raises(ValueError, match="tensors only.*'aggregate_data'"):
+        fit(small_vae(), DecompositionELBO(alpha=1.0, divergence="inclusive_kl"), data, steps=2, replay_loss=True,
+            elbo_arguments={"aggregate_data": {"x": data["x"]}}, **FAST)
+
+
+def test_the_decomposition_recipe_passes_the_whole_training_set_as_an_argument_when_it_aggregates_over_it():
+    from ppl_vae.recipes.configs import DecompositionConfig
+    from ppl_vae.recipes.decomposition import build
+
+    experiment = build(DecompositionConfig(aggregate_over_dataset=True, num_train=200))
+    assert experiment.elbo_arguments["aggregate_data"]["x"] is experiment.train_data["x"]
+    assert build(DecompositionConfig(num_train=200)).elbo_arguments == {}
