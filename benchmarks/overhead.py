@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import math
 import statistics
 import warnings
 from pathlib import Path
@@ -140,11 +141,16 @@ def parted_floor(model: PartedVAE, objective: PartedELBO, lr: float, batches: Ba
 
 
 def contrastive_floor(model: ContrastiveVAE, objective: ContrastiveELBO, lr: float, batches: Batches) -> Step:
-    r"""Target and background ELBOs (Eqs. 3, 4; Gaussian likelihood, closed-form KLs) plus
+    r"""Target and background ELBOs (Eqs. 3, 4; Gaussian likelihood of fixed scale, closed-form KLs) plus
     ``gamma sum_n logit D([s_n, z_n])`` (Eq. 5, D's parameters detached); then D's logistic loss
     on the same samples, detached."""
     discriminator = objective.discriminator.build(model.salient_dim + model.shared_dim, next(model.parameters()).device)
     optimizer, d_optimizer = adam(model.parameters(), lr), adam(discriminator.parameters(), lr)
+    sigma = model.likelihood_scale
+
+    def gaussian(decoded: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``sum log N(x; decoded, sigma^2)`` for the likelihood's fixed scalar sigma."""
+        return -0.5 * ((x - decoded) / sigma).pow(2).sum() - x.numel() * math.log(sigma * math.sqrt(2 * math.pi))
 
     def step() -> None:
         batch = batches()
@@ -153,9 +159,9 @@ def contrastive_floor(model: ContrastiveVAE, objective: ContrastiveELBO, lr: flo
         q_z, q_b = (Normal(*model.shared_head(model.shared_encoder(x))) for x in (target, background))
         s, z, b = q_s.rsample(), q_z.rsample(), q_b.rsample()
         salient_off = s.new_zeros(len(b), s.shape[-1])
-        log_likelihood = Normal(model.decoder(torch.cat([s, z], -1)), model.likelihood_scale).log_prob(target).sum() + Normal(
-            model.decoder(torch.cat([salient_off, b], -1)), model.likelihood_scale
-        ).log_prob(background).sum()
+        log_likelihood = gaussian(model.decoder(torch.cat([s, z], -1)), target) + gaussian(
+            model.decoder(torch.cat([salient_off, b], -1)), background
+        )
         kl = sum(kl_divergence(q, STANDARD).sum() for q in (q_s, q_z, q_b))
         take_step(optimizer, kl - log_likelihood + objective.gamma * objective.log_density_ratio(s, z).sum())
         take_step(d_optimizer, discriminator_loss(discriminator, s.detach(), z.detach()))
