@@ -44,6 +44,7 @@ import logging
 import math
 import statistics
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,10 @@ def vae_floor(model: nn.Module, objective: Any, lr: float, batches: Batches) -> 
     return step
 
 
-def parted_floor(model: PartedVAE, objective: PartedELBO, lr: float, batches: Batches, labelled=None) -> Step:
+def parted_floor(
+    model: PartedVAE, objective: PartedELBO, lr: float, batches: Batches,
+    labelled: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> Step:
     r"""The cross-entropy step on a labelled batch (``labelled() -> (x, y)``; default the batch's
     ``"labelled"`` group), then Eq. 6 for one categorical variable: the Bernoulli reconstruction
     summed over the batch plus ``B [gamma_z |KL_z - C_z(t)| + gamma_u |KL_u - C_u(t)| + gamma_H H
