@@ -34,29 +34,26 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import warnings
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from overhead import (  # noqa: E402
+from harness import (
     DSPRITES_IMAGES,
     SHAPE,
     Workload,
-    decomposition_workload,
-    parted_workload,
+    add_timing_arguments,
+    floor_loop,
     replayable,
     round_to_training_steps,
     summarise,
     time_engine,
-    time_hand_written,
+    time_steps,
 )
-from reporting import machine_description, write_results  # noqa: E402
+from overhead import decomposition_workload, parted_workload
+from reporting import machine_description, write_results
 
-from ppl_vae.data import DSprites  # noqa: E402
+from ppl_vae.data import DSprites
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "gpu_throughput.json"
 TARGET_IMAGES_PER_SECOND = 50_000
@@ -88,7 +85,7 @@ def measure(
         "engine": lambda: time_engine(workload, steps, warmup, device=device),
         "engine_bf16": lambda: time_engine(workload, steps, warmup, device=device, precision="bf16-mixed"),
         "engine_blocks": lambda: time_engine(workload, steps, warmup, device=device, **blocks),
-        "torch": lambda: time_hand_written(workload, steps, warmup, device=device),
+        "torch": lambda: time_steps(floor_loop(workload, device), steps, warmup, device),
     }
     if replay:
         loops["engine_replay"] = lambda: time_engine(workload, steps, warmup, device=device, replay_loss=True)
@@ -122,13 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--pool", type=int, default=None, help="images resident on the device (default: all)")
     parser.add_argument("--labelled", type=int, default=round(0.005 * DSPRITES_IMAGES))
-    parser.add_argument("--steps", type=int, default=100, help="timed iterations per round")
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_timing_arguments(parser, DEFAULT_JSON, steps=100, warmup=20, rounds=3)
     parser.add_argument("--iterations-per-training-step", type=int, default=10,
                         help="of the engine_blocks loop; --steps and --warmup are rounded up to multiples")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, not speed")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds, args.pool, args.labelled = 2, 1, 1, 1024, 64

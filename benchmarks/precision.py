@@ -4,7 +4,7 @@ PartedVAE authors' iteration.
 For the two conv workloads of ``overhead.py`` (DecompositionVAE with the MMD; PartedVAE with
 its classifier step on 3,686 labelled images, 0.5% of dSprites), at batch 64:
 
-- ``torch``: the hand-written float32 iteration (``overhead.hand_written_loop``), the floor;
+- ``torch``: the hand-written float32 iteration (``harness.floor_loop``), the floor;
 - ``engine``: ``ppl_vae.fit`` with ``precision="32-true"``;
 - ``engine_bf16``: ``ppl_vae.fit`` with ``precision="bf16-mixed"`` (networks in bfloat16
   under ``torch.autocast``, distributions and losses in float32);
@@ -14,7 +14,7 @@ its classifier step on 3,686 labelled images, 0.5% of dSprites), at batch 64:
 bfloat16 pays where the CPU has bfloat16 matrix units (AMX, AVX512-BF16; this script
 records the CPU flags it found) or on a recent GPU; elsewhere it can be slower than float32.
 Each round runs the engine twice, once per precision, and interleaves the float32 floor
-(and the authors' iteration) with it iteration by iteration (``overhead.InterleavedTimer``);
+(and the authors' iteration) with it iteration by iteration (``harness.InterleavedTimer``);
 each engine loop's paired ratio (median over iterations of ``engine_i / torch_i``) is taken
 against the floor iterations of its own run (``torch_bf16``/``authors_bf16`` are the floor
 and the authors' loop timed inside the bf16 run: the same float32 loops, other iterations).
@@ -33,31 +33,26 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import sys
 from pathlib import Path
 
 import pyro
 import torch
-from torch import nn
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from overhead import (  # noqa: E402
+from harness import (
     DSPRITES_IMAGES,
     SHAPE,
     InterleavedTimer,
     Workload,
-    authors_loop,
-    decomposition_workload,
+    add_timing_arguments,
     dsprites_images,
     fit_workload,
-    hand_written_loop,
-    parted_workload,
+    floor_loop,
     summarise,
 )
-from reporting import machine_description, write_results  # noqa: E402
+from overhead import decomposition_workload, parted_workload
+from reporting import machine_description, write_results
+from torch import nn
 
-from ppl_vae.metrics import clustering_accuracy  # noqa: E402
+from ppl_vae.metrics import clustering_accuracy
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "precision.json"
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -75,12 +70,12 @@ def cpu_bf16_flags() -> list[str]:
 def measure_round(workload: Workload, steps: int, warmup: int) -> dict[str, list[float]]:
     """Seconds of every timed iteration of one round: two engine runs, one per precision, each
     with the float32 floor (and the authors' iteration) interleaved iteration by iteration
-    (``overhead.InterleavedTimer``); the loops timed inside the bf16 run are named ``*_bf16``."""
+    (``harness.InterleavedTimer``); the loops timed inside the bf16 run are named ``*_bf16``."""
     seconds: dict[str, list[float]] = {}
     for precision, suffix in (("32-true", ""), ("bf16-mixed", "_bf16")):
-        others = {"torch": hand_written_loop(workload)}
+        others = {"torch": floor_loop(workload)}
         if workload.authors is not None:
-            others["authors"] = authors_loop(workload)
+            others["authors"] = floor_loop(workload, authors=True)
         timer = InterleavedTimer(others, warmup)
         fit_workload(workload, warmup + steps, "cpu", [timer], precision=precision)
         for name, values in timer.seconds.items():
@@ -125,13 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--pool", type=int, default=4096)
     parser.add_argument("--labelled", type=int, default=round(0.005 * DSPRITES_IMAGES))
-    parser.add_argument("--steps", type=int, default=15)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    add_timing_arguments(parser, DEFAULT_JSON, steps=15, warmup=3, rounds=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quality-steps", type=int, default=0, help="also compare the fit after N steps (0: skip)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness, not speed")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.warmup, args.rounds, args.batch_size, args.pool, args.labelled = 2, 1, 1, 8, 64, 32

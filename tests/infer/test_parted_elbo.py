@@ -9,7 +9,7 @@ from pyro.infer import SVI
 from reach import groups_reached as reach_groups
 
 import ppl_vae
-from ppl_vae.distributions import StudentTPrior, bhattacharyya_coefficient
+from ppl_vae.distributions import StudentTPrior
 from ppl_vae.infer.parted import PartedELBO, classification_loss
 from ppl_vae.infer.schedules import LinearCapacity, set_training_step
 from ppl_vae.models.parted import PartedVAE
@@ -55,25 +55,6 @@ def test_each_term_reaches_exactly_its_parameters(term, expected):
     terms = elbo().differentiable_terms(model.model, model.guide, binary_data())
     assert terms[term] > 0
     assert groups_reached(model, terms[term]) == expected
-
-
-@torch.no_grad()
-def test_bhattacharyya_penalty_is_the_hinge_over_class_pairs():
-    model = small_model(num_classes=3)
-    objective = elbo(delta=0.2)
-    prior = model.class_priors[0]
-    prior.loc.copy_(torch.tensor([[0.0, 0.0], [0.1, 0.0], [9.0, 9.0]]))
-    terms = objective.differentiable_terms(model.model, model.guide, binary_data())
-    components = prior()
-    expected = 0.0
-    for j in range(3):
-        for k in range(j + 1, 3):
-            loc, scale = components.base_dist.loc, components.base_dist.scale
-            p = pyro.distributions.Normal(loc[j], scale[j]).to_event(1)
-            q = pyro.distributions.Normal(loc[k], scale[k]).to_event(1)
-            expected += max(bhattacharyya_coefficient(p, q).item() - 0.2, 0.0)
-    assert expected > 0
-    assert terms["bhattacharyya"].item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_distant_class_priors_leave_the_bhattacharyya_term_inactive():
