@@ -111,6 +111,7 @@ class PeriodicEvaluation(L.Callback):
             self._waited += 1
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
+        """Evaluate when the iterations crossed a multiple of ``every_n_steps``; stop on a plateau."""
         step = module.iteration
         last = self.history[-1]["step"] if self.history else 0
         if step // self.every_n_steps <= last // self.every_n_steps:
@@ -122,6 +123,7 @@ class PeriodicEvaluation(L.Callback):
             trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        """Evaluate the final model (unless just done); load the best weights if asked."""
         if not self.history or self.history[-1]["step"] != module.iteration:
             self._run(module.model, module.iteration)
         if self.restore_best and self._best_weights is not None:
