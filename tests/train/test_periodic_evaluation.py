@@ -1,21 +1,11 @@
 """PeriodicEvaluation: the curve of held-out figures, stopping on a plateau, the best weights, resume."""
-import lightning as L
 import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
+from test_engine import FAST, Interrupt, InterruptAt, small_vae
 
 from ppl_vae import fit
-from ppl_vae.models import VAE
-from ppl_vae.nn import MLP, mlp_decoder
 from ppl_vae.train import PeriodicEvaluation, read_checkpoint
-
-FAST = dict(progress_bar=False, log_every_n_steps=5, batch_size=32, lr=1e-2)
-
-
-def small_vae(seed: int = 0) -> VAE:
-    torch.manual_seed(seed)
-    return VAE(MLP([8, 16], final_activation=torch.nn.ReLU()), mlp_decoder(2, [16], (8,)), 2,
-               likelihood="gaussian", likelihood_scale=0.5)
 
 
 @pytest.fixture
@@ -66,19 +56,6 @@ def test_min_mode_watches_a_falling_figure(data):
     stop = PeriodicEvaluation(lambda model: {"loss": 1.0}, every_n_steps=5, monitor="loss", mode="min", patience=2)
     fit(small_vae(), TraceMeanField_ELBO(), data, steps=100, callbacks=[stop], **FAST)
     assert stop.stopped_at == 15 and stop.best["step"] == 5
-
-
-class Interrupt(Exception):
-    pass
-
-
-class InterruptAt(L.Callback):
-    def __init__(self, iteration: int) -> None:
-        self.iteration = iteration
-
-    def on_train_batch_end(self, trainer, module, *args) -> None:
-        if module.iteration == self.iteration:
-            raise Interrupt
 
 
 def test_a_resumed_run_keeps_the_curve_and_the_patience_used(data, tmp_path):
