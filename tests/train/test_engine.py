@@ -31,13 +31,6 @@ def small_vae(seed: int = 0, latent_dim: int = 2, hidden: int = 16) -> VAE:
     return VAE(encoder, mlp_decoder(latent_dim, [hidden], (8,)), latent_dim, likelihood="gaussian", likelihood_scale=0.5)
 
 
-@pytest.fixture
-def data():
-    generator = torch.Generator().manual_seed(1)
-    z = torch.randn(256, 2, generator=generator)
-    return {"x": z @ torch.randn(2, 8, generator=generator) + 0.1 * torch.randn(256, 8, generator=generator)}
-
-
 class Interrupt(Exception):
     pass
 

@@ -8,13 +8,6 @@ from ppl_vae import fit
 from ppl_vae.train import PeriodicEvaluation, read_checkpoint
 
 
-@pytest.fixture
-def data():
-    generator = torch.Generator().manual_seed(1)
-    z = torch.randn(256, 2, generator=generator)
-    return {"x": z @ torch.randn(2, 8, generator=generator) + 0.1 * torch.randn(256, 8, generator=generator)}
-
-
 def scripted(values):
     """An evaluation that returns the next of ``values`` each time and notes the mode it ran in."""
     calls = []
