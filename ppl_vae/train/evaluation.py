@@ -18,6 +18,8 @@ import lightning as L
 import torch
 from torch import nn
 
+from ppl_vae._validation import boolean, finite, positive_integer
+
 __all__ = ["PeriodicEvaluation"]
 
 
@@ -61,22 +63,17 @@ class PeriodicEvaluation(L.Callback):
     ) -> None:
         if not callable(evaluate):
             raise ValueError(f"evaluate must be a function model -> dict of figures, got {evaluate!r}")
-        for name, value in (("every_n_steps", every_n_steps), ("patience", patience)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
-        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or not 0 <= min_delta < float("inf"):
-            raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
         if monitor is not None and not isinstance(monitor, str):
             raise ValueError(f"monitor must be the name of a figure or None, got {monitor!r}")
         self.evaluate = evaluate
-        self.every_n_steps = every_n_steps
+        self.every_n_steps = positive_integer("every_n_steps", every_n_steps)
         self.monitor = monitor
         self.mode = mode
-        self.patience = patience
-        self.min_delta = float(min_delta)
-        self.restore_best = restore_best
+        self.patience = positive_integer("patience", patience)
+        self.min_delta = finite("min_delta", min_delta, low=0.0)
+        self.restore_best = boolean("restore_best", restore_best)
         self.history: list[dict[str, float]] = []
         self.best: dict[str, float] | None = None
         self.stopped_at: int | None = None
