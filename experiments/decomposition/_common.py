@@ -5,9 +5,11 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import torch
 
 import ppl_vae
@@ -27,12 +29,14 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def train_and_evaluate(config: DecompositionConfig, pictures: Path) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Train ``config`` with :func:`ppl_vae.fit` (in memory), evaluate it into ``pictures``;
-    returns the trained model and its figures."""
+def train_and_evaluate(config: DecompositionConfig, pictures: Path,
+                       callbacks: Sequence[L.Callback] = ()) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Train ``config`` with :func:`ppl_vae.fit` (in memory, with ``callbacks``), evaluate it
+    into ``pictures``; returns the trained model and its figures."""
     start = time.time()
     experiment = build(config)
-    result = ppl_vae.fit(experiment.model, experiment.objective, experiment.train_data, config.train)
+    result = ppl_vae.fit(experiment.model, experiment.objective, experiment.train_data, config.train,
+                         callbacks=list(callbacks))
     model = result.model.eval()
     with torch.no_grad():
         figures = experiment.evaluate(model, pictures)

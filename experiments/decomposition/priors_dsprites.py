@@ -5,24 +5,26 @@ and a factored Student-t prior, all trace-normalised; per prior: the Factor scor
 2018) under the standard protocol (the paper's figure) and the PartedVAE authors' variant,
 MIG, SAP, DCI (random-forest importances), the beta-VAE metric (all sized by the number of
 Factor-score votes: ``ppl_vae.metrics.disentanglement_scores``) and the reconstruction
-log-likelihood.
+log-likelihood; and the curve of both Factor scores against training steps
+(``--curve-every``, ``--curve-votes``).
 
     python experiments/decomposition/priors_dsprites.py                  # reduced CPU settings
     python experiments/decomposition/priors_dsprites.py --full --device cuda   # + AMSGrad, the authors' networks
-    python experiments/decomposition/priors_dsprites.py --seeds 1 --steps 5 --num-train 500 --votes 20  # smoke test
+    python experiments/decomposition/priors_dsprites.py --seeds 1 --steps 5 --num-train 500 --votes 20 --curve-votes 20  # smoke test
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import torch
 from _common import RESULTS, parser, print_table, train_and_evaluate, write_json
 
 from ppl_vae.data.dsprites import DSprites
-from ppl_vae.metrics import disentanglement_scores
+from ppl_vae.metrics import disentanglement_scores, factor_score
 from ppl_vae.recipes.decomposition import DecompositionConfig, authors_settings
-from ppl_vae.train import TrainConfig
+from ppl_vae.train import PeriodicEvaluation, TrainConfig
 
 PRIORS = ("isotropic", "pca", "learned-pca", "student-t")
 
@@ -35,6 +37,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=None, help="training steps (default: per mode)")
     p.add_argument("--num-train", type=int, default=None, help="training images (default: per mode)")
     p.add_argument("--votes", type=int, default=None, help="Factor-score votes, sizing every metric")
+    p.add_argument("--curve-every", type=int, default=None,
+                   help="steps between points of the curve of Factor score against steps (default: 5 points)")
+    p.add_argument("--curve-votes", type=int, default=300, help="votes of each point of the curve")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or RESULTS / "priors_dsprites"
@@ -67,12 +72,15 @@ def main() -> None:
                 config = authors_settings(config)
                 if prior == "student-t":
                     config.train = dataclasses.replace(config.train, batch_size=256, steps=args.steps or 40 * 737280 // 256)
-            model, figures = train_and_evaluate(config, out / f"{prior}_seed{seed}")
+            curve = PeriodicEvaluation(functools.partial(_curve_point, flatten=flatten, votes=args.curve_votes,
+                                                         seed=seed),
+                                       args.curve_every or max(config.train.steps // 5, 1))
+            model, figures = train_and_evaluate(config, out / f"{prior}_seed{seed}", callbacks=[curve])
             variances = model.prior().variance.detach().numpy().round(3).tolist()
             scores = disentanglement_scores(_image_encoder(model, flatten), DSprites(), votes=votes, seed=seed)
             rows.append({"prior": prior, "seed": seed, "factor_score": figures["factor_score"], **scores,
                          "recon_ll": figures["reconstruction_log_likelihood"], "prior_variances": variances,
-                         "seconds": figures["seconds"]})
+                         "seconds": figures["seconds"], "curve": curve.history})
             print(rows[-1], flush=True)
     columns = ["factor_score", *scores, "recon_ll"]
     summary = []
@@ -82,6 +90,16 @@ def main() -> None:
                         **{key: float(np.mean([r[key] for r in mine])) for key in columns}})
     write_json(out / "results.json", {"runs": rows, "summary": summary, "beta": args.beta, "df": args.df})
     print_table(summary, ["prior", "n", *columns])
+
+
+def _curve_point(model: torch.nn.Module, flatten: bool, votes: int, seed: int) -> dict[str, float]:
+    """The Factor score under both protocols at ``votes`` votes: a point of the curve of score
+    against training steps."""
+    encode, source = _image_encoder(model, flatten), DSprites()
+    standard = factor_score(encode, source, n_train=votes, n_eval=max(votes // 2, 1),
+                            n_variance=max(2 * votes, 1000), seed=seed, progress=False)
+    parted = factor_score(encode, source, protocol="parted", num_images=100 * votes, seed=seed, progress=False)
+    return {"factor_score": standard.score, "factor_score_parted": parted.score}
 
 
 def _image_encoder(model: torch.nn.Module, flatten: bool):
