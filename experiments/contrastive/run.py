@@ -17,7 +17,8 @@ paper, the salient size (2-d); silhouette (scikit-learn) of
 raw posterior means on every target point, standardised means reported alongside.
 
 Default settings are reduced for a 2-core CPU (fewer seeds and sweep points: printed with the
-results); ``--full`` runs the paper's grid. ``--mnist-dir`` adds a folder of MNIST IDX files
+results); ``--full`` runs the paper's grid from the authors' (Keras's) Glorot-uniform start
+(``--weight-init``). ``--mnist-dir`` adds a folder of MNIST IDX files
 (e.g. the official test set) to the digits. Results go to experiments/results/contrastive/.
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.metrics import silhouette
 from ppl_vae.models.baselines import ContrastivePCA
 from ppl_vae.models.contrastive import ContrastiveVAE
+from ppl_vae.nn import initialise
 from ppl_vae.recipes.contrastive import grassy_likelihood_scale, plain_vae
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "contrastive"
@@ -79,6 +81,7 @@ def train_pair(args, data, seed: int, salient_dim: int = 2, shared_dim: int = 2,
     torch.manual_seed(seed)
     model = ContrastiveVAE.mlp(tuple(target.shape[1:]), salient_dim, shared_dim, likelihood=likelihood,
                                likelihood_scale=scale, target_size=len(target), background_size=len(background))
+    initialise(model, args.weight_init)
     objective = ContrastiveELBO(gamma=args.gamma, discriminator=args.discriminator)
     ppl_vae.fit(model, objective, {"target": target, "background": background}, **settings)
     out = {}
@@ -92,8 +95,8 @@ def train_pair(args, data, seed: int, salient_dim: int = 2, shared_dim: int = 2,
         sizes = {"vae": salient_dim + shared_dim, **({"vae_small": salient_dim} if small_vae else {})}
         for key, latent_dim in sizes.items():
             torch.manual_seed(seed)
-            baseline = plain_vae(tuple(x.shape[1:]), latent_dim, 128, "gaussian",
-                                 scale if likelihood == "gaussian" else 1.0, len(x))
+            baseline = initialise(plain_vae(tuple(x.shape[1:]), latent_dim, 128, "gaussian",
+                                            scale if likelihood == "gaussian" else 1.0, len(x)), args.weight_init)
             ppl_vae.fit(baseline, TraceMeanField_ELBO(), {"x": x}, **settings)
             with torch.no_grad():
                 z = baseline.encode(x)
@@ -202,7 +205,7 @@ EXPERIMENTS = {"seeds": seeds_experiment, "amplitude": amplitude_experiment, "no
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
-    parser.add_argument("--full", action="store_true", help="the paper's grid: 10 seeds, 0.25 steps, dims 1..6")
+    parser.add_argument("--full", action="store_true", help="the paper's grid (10 seeds, 0.25 steps, dims 1..6), Glorot start")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     parser.add_argument("--epochs", type=int, default=50, help="fixed epochs over the target (protocol)")
     parser.add_argument("--gamma", type=float, default=0.0, help="TC weight (0: plain contrastive ELBO)")
@@ -212,13 +215,17 @@ def main() -> None:
     parser.add_argument("--mnist-dir", default=None, help="folder of MNIST IDX test files to add to the digits")
     parser.add_argument("--likelihood-scale", type=float, default=None,
                         help="Gaussian scale (default sqrt(1/2) / (1 + amplitude), see grassy_likelihood_scale)")
+    parser.add_argument("--weight-init", default=None, choices=["torch", "glorot"],
+                        help="how the networks start (default torch; --full glorot, Keras's, as the authors')")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    args.weight_init = args.weight_init or ("glorot" if args.full else "torch")
     args.sweep_seeds = args.sweep_seeds or (3 if args.full else 1)
     args.digits = digits(args.mnist_dir)
     print(f"{args.experiment}: {'full (paper) settings' if args.full else 'REDUCED CPU settings (use --full for the paper grid)'}; "
-          f"{len(args.digits[0])} digits 0-2, {args.epochs} epochs, gamma {args.gamma} ({args.discriminator})", flush=True)
+          f"{len(args.digits[0])} digits 0-2, {args.epochs} epochs, gamma {args.gamma} ({args.discriminator}), "
+          f"{args.weight_init} start", flush=True)
     start = time.time()
     result = EXPERIMENTS[args.experiment](args)
     RESULTS.mkdir(parents=True, exist_ok=True)
