@@ -231,6 +231,7 @@ def pictures(args) -> dict:
     save_parted_pictures(trained, images, out / "dsprites")
     figures["dsprites"] = sorted(p.name for p in (out / "dsprites").glob("*.png"))
     config = mnist_config(mnist_dir=args.mnist_dir, train=train_config(args, args.mnist_steps, 64, 0))
+    config = authors_settings(config) if args.full else config
     experiment = build(config)
     trained = ppl_vae.fit(experiment.model, experiment.objective, experiment.train_data, config.train).model
     save_parted_pictures(trained, experiment.train_data["x"][:16].float(), out / "mnist")
