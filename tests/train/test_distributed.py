@@ -233,16 +233,38 @@ def test_gather_outside_data_parallel_training_is_the_identity():
         assert all_gather(x) is x
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _engine_worker(rank: int, port: int, run_dir: str) -> None:
+def join_as_process(rank: int, port: int) -> None:
+    """Set the environment Lightning's DDP reads to join a WORLD-process group on this machine
+    (rendezvous at ``port``) as process ``rank``, with one torch thread."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), NODE_RANK="0",
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
+
+
+class Interrupted(Exception):
+    """Raised by :func:`interrupt_after` to stop training between iterations, as a crash would."""
+
+
+def interrupt_after(iteration: int):
+    """A callback that raises :class:`Interrupted` once training has finished ``iteration``."""
+    import lightning as L
+
+    class InterruptAt(L.Callback):
+        def on_train_batch_end(self, trainer, module, *args) -> None:
+            if module.iteration == iteration:
+                raise Interrupted
+
+    return InterruptAt()
+
+
+def _engine_worker(rank: int, port: int, run_dir: str) -> None:
+    join_as_process(rank, port)
     from ppl_vae import fit
 
     model, objective, _ = contrastive_case()
@@ -262,7 +284,7 @@ def _engine_worker(rank: int, port: int, run_dir: str) -> None:
 
 
 def test_two_process_training_keeps_model_and_discriminator_in_sync_and_writes_once(tmp_path):
-    mp.start_processes(_engine_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, start_method="fork")
+    mp.start_processes(_engine_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD, start_method="fork")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert ranks[0]["history"] == ranks[1]["history"] and [h["step"] for h in ranks[0]["history"]] == [3, 6]
@@ -297,25 +319,14 @@ def test_sweep_gathers_every_run_into_one_table(tmp_path):
     assert "elbo_per_point" in done.stdout
 
 
-class _Interrupted(Exception):
-    pass
-
-
 def _resume_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None) -> None:
     """Two-process contrastive training to 6 steps; with ``interrupt_at`` both processes stop
     after that iteration (the checkpoint of step 3 written) and the run is resumed."""
     import lightning as L
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), NODE_RANK="0",
-                      LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
+    join_as_process(rank, port)
     from ppl_vae import fit
     from ppl_vae.train import read_checkpoint
-
-    class InterruptAt(L.Callback):
-        def on_train_batch_end(self, trainer, module, *args) -> None:
-            if module.iteration == interrupt_at:
-                raise _Interrupted
 
     class CountIterations(L.Callback):
         count = 0
@@ -330,8 +341,8 @@ def _resume_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None)
     model, objective, _ = contrastive_case()
     resumed_from = None
     if interrupt_at is not None:
-        with pytest.raises(_Interrupted):
-            fit(model, objective, data, overwrite=True, callbacks=[InterruptAt()], **settings)
+        with pytest.raises(Interrupted):
+            fit(model, objective, data, overwrite=True, callbacks=[interrupt_after(interrupt_at)], **settings)
         resumed_from = read_checkpoint(Path(run_dir) / "checkpoints" / "last.ckpt")["ppl_vae"]["iteration"]
         model, objective, _ = contrastive_case()
         counter = CountIterations()
@@ -347,7 +358,7 @@ def _resume_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None)
     }, Path(run_dir) / f"rank{rank}.pt")
 
 
-def _run_two_processes(worker, *args, timeout: float = 180.0) -> None:
+def run_two_processes(worker, *args, timeout: float = 180.0) -> None:
     context = mp.start_processes(worker, args=args, nprocs=WORLD, start_method="fork", join=False)
     deadline = time.monotonic() + timeout
     while not context.join(timeout=5):
@@ -358,8 +369,8 @@ def _run_two_processes(worker, *args, timeout: float = 180.0) -> None:
 
 
 def test_two_process_run_interrupted_mid_training_resumes_to_the_uninterrupted_result(tmp_path):
-    _run_two_processes(_resume_worker, _free_port(), str(tmp_path / "straight"), None)
-    _run_two_processes(_resume_worker, _free_port(), str(tmp_path / "resumed"), 4)
+    run_two_processes(_resume_worker, free_port(), str(tmp_path / "straight"), None)
+    run_two_processes(_resume_worker, free_port(), str(tmp_path / "resumed"), 4)
     for rank in range(WORLD):
         straight = torch.load(tmp_path / "straight" / f"rank{rank}.pt", weights_only=False)
         resumed = torch.load(tmp_path / "resumed" / f"rank{rank}.pt", weights_only=False)
@@ -373,9 +384,7 @@ def test_two_process_run_interrupted_mid_training_resumes_to_the_uninterrupted_r
 def _failing_setup_worker(rank: int, port: int, run_dir: str, bad_rank: int | None) -> None:
     """Two processes start a run; rank 0 finds an earlier run in ``run_dir`` (``bad_rank=None``),
     or process ``bad_rank`` gets data with a NaN. Each writes the error it raised."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), NODE_RANK="0",
-                      LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
+    join_as_process(rank, port)
     from ppl_vae import fit
 
     model, objective, _ = vae_case()
@@ -393,7 +402,7 @@ def _failing_setup_worker(rank: int, port: int, run_dir: str, bad_rank: int | No
 def test_a_setup_error_on_one_process_reaches_every_process_with_the_same_message(bad_rank, expected, tmp_path):
     if bad_rank is None:
         (tmp_path / "config.json").write_text("{}")
-    _run_two_processes(_failing_setup_worker, _free_port(), str(tmp_path), bad_rank, timeout=120)
+    run_two_processes(_failing_setup_worker, free_port(), str(tmp_path), bad_rank, timeout=120)
     messages = [(tmp_path / f"error{rank}.txt").read_text() for rank in range(WORLD)]
     assert messages[0] == messages[1]
     assert expected in messages[0] and "\n" not in messages[0]

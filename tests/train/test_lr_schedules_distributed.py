@@ -2,35 +2,30 @@
 reduces its rates at the same iterations, from the mean over processes of the watched loss,
 and a run interrupted inside a window resumes to the rates and parameters of an
 uninterrupted run."""
-import os
 from pathlib import Path
 
 import pytest
 import torch
-from test_distributed import WORLD, _free_port, _run_two_processes, contrastive_case, global_data
+from test_distributed import (
+    WORLD,
+    Interrupted,
+    contrastive_case,
+    free_port,
+    global_data,
+    interrupt_after,
+    join_as_process,
+    run_two_processes,
+)
 
 SCHEDULE = {"every_n_steps": 2, "factor": 0.5, "patience": 0, "threshold": 0.5}
-
-
-class _Interrupted(Exception):
-    pass
 
 
 def _plateau_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None) -> None:
     """Two-process contrastive training to 8 steps with plateau schedules on both optimisers,
     windows of 2 and a checkpoint every 3 iterations (inside a window); with ``interrupt_at``
     both processes stop after that iteration and the run is resumed."""
-    import lightning as L
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), NODE_RANK="0",
-                      LOCAL_RANK=str(rank))
-    torch.set_num_threads(1)
+    join_as_process(rank, port)
     from ppl_vae import fit
-
-    class InterruptAt(L.Callback):
-        def on_train_batch_end(self, trainer, module, *args) -> None:
-            if module.iteration == interrupt_at:
-                raise _Interrupted
 
     data = global_data()
     data = {"target": data["target"], "background": data["background"]}
@@ -39,8 +34,8 @@ def _plateau_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None
                     lr_plateau={"elbo": SCHEDULE, "discriminator": SCHEDULE})
     model, objective, _ = contrastive_case()
     if interrupt_at is not None:
-        with pytest.raises(_Interrupted):
-            fit(model, objective, data, overwrite=True, callbacks=[InterruptAt()], **settings)
+        with pytest.raises(Interrupted):
+            fit(model, objective, data, overwrite=True, callbacks=[interrupt_after(interrupt_at)], **settings)
         model, objective, _ = contrastive_case()
         result = fit(model, objective, data, resume=True, **settings)
     else:
@@ -52,8 +47,8 @@ def _plateau_worker(rank: int, port: int, run_dir: str, interrupt_at: int | None
 
 
 def test_two_processes_reduce_their_rates_together_and_resume_inside_a_window_exactly(tmp_path):
-    _run_two_processes(_plateau_worker, _free_port(), str(tmp_path / "straight"), None)
-    _run_two_processes(_plateau_worker, _free_port(), str(tmp_path / "resumed"), 4)
+    run_two_processes(_plateau_worker, free_port(), str(tmp_path / "straight"), None)
+    run_two_processes(_plateau_worker, free_port(), str(tmp_path / "resumed"), 4)
     straight = [torch.load(tmp_path / "straight" / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     resumed = [torch.load(tmp_path / "resumed" / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
     rates = straight[0]["rates"]
