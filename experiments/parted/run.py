@@ -93,7 +93,7 @@ def dsprites(args) -> dict:
     results = {}
     for name, overrides in settings.items():
         runs = []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             start = time.time()
             config = dsprites_config(args, seed, **overrides)
             experiment = build(config)
@@ -246,6 +246,8 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the authors' settings (GPU-sized)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--seeds", type=int, default=5, help="dSprites seeds per configuration")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="dSprites: the first seed (runs seeds first-seed .. first-seed + seeds - 1)")
     parser.add_argument("--steps", type=int, default=400, help="dSprites training steps (reduced)")
     parser.add_argument("--num-train", type=int, default=5000, help="dSprites training images (reduced)")
     parser.add_argument("--hidden", type=int, default=128, help="encoder width (reduced; authors 256)")
@@ -278,6 +280,8 @@ def main() -> None:
     settings = {k: v for k, v in vars(args).items()}
     results = {"dsprites": dsprites, "mnist": mnist, "pictures": pictures}[args.experiment](args)
     configs = "" if args.experiment != "dsprites" or len(args.configs) == 3 else "_" + "_".join(args.configs)
+    if args.experiment == "dsprites" and args.first_seed:
+        configs += f"_seeds{args.first_seed}-{args.first_seed + args.seeds - 1}"
     path = RESULTS / f"{args.experiment}{configs}{'_full' if args.full else ''}.json"
     path.write_text(json.dumps({"settings": settings, "results": results}, indent=2))
     print(json.dumps({k: {m: v for m, v in r.items() if m != "runs"} if isinstance(r, dict) else r
