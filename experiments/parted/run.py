@@ -141,7 +141,7 @@ def mnist(args) -> dict:
     from ppl_vae.recipes.parted import _mnist_pools
 
     results = {}
-    max_steps = 100_000 if args.full else args.mnist_max_steps
+    max_steps = args.mnist_max_steps or (100_000 if args.full else 40_000)
     for seed in range(args.mnist_seeds):
         config = mnist_config(mnist_dir=args.mnist_dir, train=train_config(args, max_steps, 64, seed))
         config = authors_settings(config) if args.full else config
@@ -265,8 +265,9 @@ def main() -> None:
     parser.add_argument("--curve-votes", type=int, default=500, help="dSprites: votes of each point of the curve")
     parser.add_argument("--mnist-dir", default=None, help="folder of MNIST IDX files (e.g. the official t10k-images-idx3-ubyte and labels)")
     parser.add_argument("--mnist-steps", type=int, default=6000, help="MNIST training steps of the pictures")
-    parser.add_argument("--mnist-max-steps", type=int, default=40_000,
-                        help="MNIST: most training steps (training stops earlier on a validation plateau)")
+    parser.add_argument("--mnist-max-steps", type=int, default=None,
+                        help="MNIST: most training steps, default 40,000 (--full 100,000); training stops "
+                             "earlier on a validation plateau")
     parser.add_argument("--eval-every", type=int, default=1000, help="MNIST: validation interval in steps")
     parser.add_argument("--patience", type=int, default=5,
                         help="MNIST: stop after this many validations without a better accuracy")
