@@ -186,13 +186,16 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parse_grid(entries: Sequence[str], config_class: type) -> dict[str, list[Any]]:
-    """``name=v1,v2`` entries as ``{name: [typed values]}``."""
+    """``name=v1,v2`` entries as ``{name: [typed values]}``; values that hold commas
+    themselves (pairs such as ``z_capacity=0,5``) are separated by semicolons instead:
+    ``z_capacity=0,5;0,10``."""
     grid: dict[str, list[Any]] = {}
     for entry in entries:
         name, sep, values = entry.partition("=")
         if not sep or not name.strip() or not values:
-            raise UsageError(f"--grid expects name=value1,value2,..., got {entry!r}")
-        grid[name.strip()] = [setting_value(config_class, name.strip(), value) for value in values.split(",")]
+            raise UsageError(f"--grid expects name=value1,value2,... (or value1;value2;... for pairs), got {entry!r}")
+        separator = ";" if ";" in values else ","
+        grid[name.strip()] = [setting_value(config_class, name.strip(), value) for value in values.split(separator)]
     return grid
 
 
@@ -298,7 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="train a grid of settings x seeds as separate jobs and tabulate them", add_help=False)
     sweep.add_argument("-h", "--help", action=_HelpWithSettings, help="show this help and MODEL's settings")
     sweep.add_argument("model", help=f"one of: {models}")
-    sweep.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2", help="a setting and its values (repeatable)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                       help="a setting and its values (repeatable); for pairs separate the values with ';', "
+                            "e.g. 'z_capacity=0,5;0,10'")
     sweep.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     sweep.add_argument("--jobs", type=int, default=1, help="jobs at once on a CPU-only machine (GPUs: one job per GPU)")
     sweep.add_argument("--out", help="sweep folder (default runs/sweep-MODEL-TIMESTAMP)")

@@ -11,6 +11,8 @@ import pytest
 from ppl_vae.cli import main
 from ppl_vae.recipes import SettingError
 from ppl_vae.recipes import base as recipes_base
+from ppl_vae.recipes.parted import PartedConfig
+from ppl_vae.recipes.settings import setting_value
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,6 +209,28 @@ def test_sweep_grid_values_are_typed_before_any_job_starts(built, capsys):
     assert "setting beta: 'x' is not a finite number" in one_line_error(capsys)
     assert main(["sweep", "vae", "--grid", "latent_dim=2,3", "--set", "train.stepz=1"]) == 2
     assert "unknown setting 'train.stepz'" in one_line_error(capsys)
+
+
+def test_sweep_grid_takes_pairs_separated_by_semicolons(monkeypatch, tmp_path):
+    import ppl_vae.train.sweep as sweep
+
+    planned = []
+
+    def record(jobs, out, **kwargs):
+        planned.extend(jobs)
+        return {"runs": []}
+
+    monkeypatch.setattr(sweep, "run_sweep", record)
+    assert main(["sweep", "parted", "--grid", "z_capacity=0,5;0,10", "--grid", "gamma_bc=0,30", "--out", str(tmp_path)]) == 0
+    assert [job.settings for job in planned] == [
+        {"z_capacity": (0.0, 5.0), "gamma_bc": 0.0},
+        {"z_capacity": (0.0, 5.0), "gamma_bc": 30.0},
+        {"z_capacity": (0.0, 10.0), "gamma_bc": 0.0},
+        {"z_capacity": (0.0, 10.0), "gamma_bc": 30.0},
+    ]
+    for job in planned:  # each job's --set values parse back to its settings
+        sets = dict(job.command[i + 1].split("=", 1) for i, arg in enumerate(job.command) if arg == "--set")
+        assert setting_value(PartedConfig, "z_capacity", sets["z_capacity"]) == job.settings["z_capacity"]
 
 
 def run_without_engine(*argv: str) -> subprocess.CompletedProcess:
