@@ -69,7 +69,7 @@ def dsprites_config(args, seed: int, **overrides) -> PartedConfig:
                                              train=train_config(args, 300_000, 64, seed), **overrides))
     train = dataclasses.replace(train_config(args, args.steps, 64, seed), precision=args.precision)
     return PartedConfig(num_train=args.num_train, hidden=args.hidden, num_eval=1000, factor_score_votes=args.votes,
-                        train=train, **overrides)
+                        capacity_steps=args.capacity_steps, train=train, **overrides)
 
 
 SCORES = ("factor_score", "factor_score_parted", "mig", "sap", "dci_disentanglement", "dci_completeness",
@@ -251,6 +251,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="dSprites training steps (reduced)")
     parser.add_argument("--num-train", type=int, default=5000, help="dSprites training images (reduced)")
     parser.add_argument("--hidden", type=int, default=128, help="encoder width (reduced; authors 256)")
+    parser.add_argument("--capacity-steps", type=int, default=None,
+                        help="dSprites (reduced): steps of the capacity ramps (default: the run's length; "
+                             "the authors' 300,000)")
     parser.add_argument("--fractions", type=float, nargs="+", default=[0.005, 0.0136],
                         help="label fractions of the full 737,280-image set")
     parser.add_argument("--votes", type=int, default=500,
