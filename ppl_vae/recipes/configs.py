@@ -115,7 +115,11 @@ class PartedConfig:
     :param temperature: temperature of the relaxed one-hot class variable c.
     :param z_capacity, u_capacity: (C_min, C_max) of the capacity ramps.
     :param capacity_steps: T of both ramps; None shortens them to ``train.steps`` (the
-        authors' T, 300,000 on dSprites, would leave C near 0 in a short run).
+        authors' T, 300,000 on dSprites, would leave C near 0 in a short run). A ramp much
+        steeper than the authors' can be met without information: unsupervised on dSprites,
+        C_z rising 30 nats in 5,000 steps, q(z|x) settled on one narrow Gaussian away from
+        the prior for every image and the decoder drew the mean image; with ramps of 10,000
+        or 50,000 steps the same model learned (Factor score 0.53-0.56 after 1,000 steps).
     :param gamma_z: weight of the z capacity term.
     :param gamma_u: weight of the u capacity term.
     :param gamma_c: weight of the class (c) KL term.
