@@ -15,14 +15,13 @@ log-likelihood; and the curve of both Factor scores against training steps
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 import torch
 from _common import RESULTS, parser, print_table, train_and_evaluate, write_json
 
 from ppl_vae.data.dsprites import DSprites
-from ppl_vae.metrics import disentanglement_scores, factor_score
+from ppl_vae.metrics import disentanglement_scores, factor_scores
 from ppl_vae.recipes.decomposition import DecompositionConfig, authors_settings
 from ppl_vae.train import PeriodicEvaluation, TrainConfig
 
@@ -72,9 +71,11 @@ def main() -> None:
                 config = authors_settings(config)
                 if prior == "student-t":
                     config.train = dataclasses.replace(config.train, batch_size=256, steps=args.steps or 40 * 737280 // 256)
-            curve = PeriodicEvaluation(functools.partial(_curve_point, flatten=flatten, votes=args.curve_votes,
-                                                         seed=seed),
-                                       args.curve_every or max(config.train.steps // 5, 1))
+            curve = PeriodicEvaluation(
+                lambda model, seed=seed: factor_scores(_image_encoder(model, flatten), DSprites(),
+                                                       votes=args.curve_votes, seed=seed, progress=False),
+                args.curve_every or max(config.train.steps // 5, 1),
+            )
             model, figures = train_and_evaluate(config, out / f"{prior}_seed{seed}", callbacks=[curve])
             variances = model.prior().variance.detach().numpy().round(3).tolist()
             scores = disentanglement_scores(_image_encoder(model, flatten), DSprites(), votes=votes, seed=seed)
@@ -90,16 +91,6 @@ def main() -> None:
                         **{key: float(np.mean([r[key] for r in mine])) for key in columns}})
     write_json(out / "results.json", {"runs": rows, "summary": summary, "beta": args.beta, "df": args.df})
     print_table(summary, ["prior", "n", *columns])
-
-
-def _curve_point(model: torch.nn.Module, flatten: bool, votes: int, seed: int) -> dict[str, float]:
-    """The Factor score under both protocols at ``votes`` votes: a point of the curve of score
-    against training steps."""
-    encode, source = _image_encoder(model, flatten), DSprites()
-    standard = factor_score(encode, source, n_train=votes, n_eval=max(votes // 2, 1),
-                            n_variance=max(2 * votes, 1000), seed=seed, progress=False)
-    parted = factor_score(encode, source, protocol="parted", num_images=100 * votes, seed=seed, progress=False)
-    return {"factor_score": standard.score, "factor_score_parted": parted.score}
 
 
 def _image_encoder(model: torch.nn.Module, flatten: bool):

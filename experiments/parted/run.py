@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ import torch
 import ppl_vae
 from ppl_vae.data.dsprites import NUM_IMAGES, DSprites
 from ppl_vae.infer.parted import classification_loss
-from ppl_vae.metrics import classification_accuracy, factor_score
+from ppl_vae.metrics import classification_accuracy, factor_scores
 from ppl_vae.recipes.common import TrainingData
 from ppl_vae.recipes.parted import (
     PartedConfig,
@@ -97,7 +96,11 @@ def dsprites(args) -> dict:
             start = time.time()
             config = dsprites_config(args, seed, **overrides)
             experiment = build(config)
-            curve = PeriodicEvaluation(functools.partial(_curve_point, args=args, seed=seed), args.curve_every)
+            curve = PeriodicEvaluation(
+                lambda model, seed=seed: factor_scores(model.encode, DSprites(), votes=args.curve_votes, seed=seed,
+                                                       progress=False),
+                args.curve_every,
+            )
             trained = ppl_vae.fit(experiment.model, experiment.objective, experiment.train_data, config.train,
                                   callbacks=[curve]).model
             trained.eval()
@@ -111,17 +114,6 @@ def dsprites(args) -> dict:
                   f"({runs[-1]['seconds']:.0f} s)", flush=True)
         results[name] = {"runs": runs, **_summary(runs)}
     return results
-
-
-def _curve_point(model, args, seed: int) -> dict[str, float]:
-    """The Factor score under both protocols at ``--curve-votes`` votes: a point of the curve of
-    score against training steps."""
-    source = DSprites()
-    votes = args.curve_votes
-    standard = factor_score(model.encode, source, n_train=votes, n_eval=max(votes // 2, 1),
-                            n_variance=max(2 * votes, 1000), seed=seed, progress=False)
-    parted = factor_score(model.encode, source, protocol="parted", num_images=100 * votes, seed=seed, progress=False)
-    return {"factor_score": standard.score, "factor_score_parted": parted.score}
 
 
 def _summary(runs: list[dict]) -> dict:

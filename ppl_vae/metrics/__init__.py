@@ -9,6 +9,7 @@ Disentanglement, each from ``encode(images) -> (n, D)`` and a factor data set
 - :func:`sap_score`: Separated Attribute Predictability.
 - :func:`dci`: disentanglement, completeness and informativeness.
 - :func:`beta_vae_score`: the beta-VAE metric.
+- :func:`factor_scores`: the Factor score under both protocols, at one scale.
 - :func:`disentanglement_scores`: all but the standard Factor score, at one scale.
 
 Others:
@@ -23,7 +24,7 @@ from ppl_vae.metrics.accuracy import classification_accuracy, clustering_accurac
 from ppl_vae.metrics.aggregate import aggregate_posterior_mismatch
 from ppl_vae.metrics.beta_vae import BetaVAEResult, beta_vae_score
 from ppl_vae.metrics.dci import DCIResult, dci
-from ppl_vae.metrics.disentanglement import disentanglement_scores
+from ppl_vae.metrics.disentanglement import disentanglement_scores, factor_scores
 from ppl_vae.metrics.factor_score import FactorDataset, FactorScoreResult, factor_score
 from ppl_vae.metrics.mig import MIGResult, mig
 from ppl_vae.metrics.sap import SAPResult, sap_score
@@ -44,6 +45,7 @@ __all__ = [
     "dci",
     "disentanglement_scores",
     "factor_score",
+    "factor_scores",
     "hoyer_sparsity",
     "mig",
     "sap_score",

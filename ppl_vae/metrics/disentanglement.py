@@ -11,6 +11,47 @@ from ppl_vae.metrics.mig import mig
 from ppl_vae.metrics.sap import sap_score
 
 
+def factor_scores(
+    encode: Encode,
+    dataset: FactorDataset,
+    *,
+    votes: int = 10000,
+    seed: int = 0,
+    encode_batch_size: int = 1024,
+    progress: bool = True,
+) -> dict[str, float]:
+    """The Factor score under both protocols at one scale, e.g. for a curve of score against
+    training steps (``ppl_vae.train.PeriodicEvaluation(lambda model: factor_scores(model.encode,
+    dataset, votes=300), every_n_steps=1000)``).
+
+    - ``factor_score``: the standard protocol with ``votes`` training and ``votes // 2``
+      evaluation votes, the pruning variance from max(2 x ``votes``, 1,000) images;
+    - ``factor_score_parted``: the parted protocol on 100 x ``votes`` random images, as in
+      :func:`disentanglement_scores`.
+
+    :param encode: as in :func:`~ppl_vae.metrics.factor_score`.
+    :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
+    :param votes: >= 2.
+    :param seed: passed to both protocols.
+    :param encode_batch_size, progress: passed to both protocols.
+    :returns: ``{"factor_score", "factor_score_parted"}``, floats.
+    :raises ValueError: ``votes`` not an integer >= 2, and every error of
+        :func:`~ppl_vae.metrics.factor_score`.
+    """
+    check_integers(votes=(votes, 2))
+    common = {"seed": seed, "encode_batch_size": encode_batch_size, "progress": progress}
+    standard = factor_score(encode, dataset, n_train=votes, n_eval=votes // 2, n_variance=max(2 * votes, 1000), **common)
+    parted = factor_score(encode, dataset, protocol="parted", num_images=_parted_images(dataset, votes), **common)
+    return {"factor_score": standard.score, "factor_score_parted": parted.score}
+
+
+def _parted_images(dataset: FactorDataset, votes: int) -> int | None:
+    """Images of the parted protocol at the scale of ``votes``: 100 x ``votes`` (about
+    ``votes`` votes per factor), None (all) once that reaches the data set's size."""
+    total = math.prod(int(size) for size in dataset.factor_sizes)
+    return 100 * votes if 100 * votes < total else None
+
+
 def disentanglement_scores(
     encode: Encode,
     dataset: FactorDataset,
@@ -48,10 +89,8 @@ def disentanglement_scores(
     """
     check_integers(votes=(votes, 2))
     common = {"seed": seed, "encode_batch_size": encode_batch_size, "progress": progress}
-    total = math.prod(int(size) for size in dataset.factor_sizes)
-    subset = 100 * votes if 100 * votes < total else None
     points = min(10_000, 5 * votes)
-    parted = factor_score(encode, dataset, protocol="parted", num_images=subset, **common)
+    parted = factor_score(encode, dataset, protocol="parted", num_images=_parted_images(dataset, votes), **common)
     decomposition = dci(encode, dataset, n_train=points, n_test=points // 2, model=dci_model, **common)
     return {
         "factor_score_parted": parted.score,

@@ -14,6 +14,7 @@ from ppl_vae.metrics import (
     beta_vae_score,
     dci,
     disentanglement_scores,
+    factor_scores,
     mig,
     sap_score,
 )
@@ -253,6 +254,22 @@ def test_disentanglement_scores_of_the_true_factors_on_dsprites_sized_factors():
     assert scores["beta_vae"] == 1.0
     assert scores["dci_disentanglement"] > 0.95 and scores["dci_completeness"] > 0.95
     assert scores["mig"] > 0.5, "250 points: the plug-in mutual information of independent factors is large"
+
+
+def test_factor_scores_give_both_protocols_near_1_for_the_true_factors_and_near_chance_for_noise():
+    dataset = SyntheticFactors()  # dSprites' factor sizes: chance is 1/5
+
+    truth = factor_scores(dataset.true_factors, dataset, votes=200, seed=0, progress=False)
+    noise = factor_scores(noise_encoder(6), dataset, votes=200, seed=0, progress=False)
+
+    assert set(truth) == {"factor_score", "factor_score_parted"}
+    assert min(truth.values()) >= 0.99
+    assert all(0.1 < value < 0.35 for value in noise.values()), noise
+
+
+def test_factor_scores_refuse_too_few_votes(dataset):
+    with pytest.raises(ValueError, match="votes.*1"):
+        factor_scores(dataset.true_factors, dataset, votes=1)
 
 
 def test_disentanglement_scores_refuses_too_few_votes(dataset):
