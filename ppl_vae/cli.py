@@ -35,8 +35,10 @@ from ppl_vae.recipes.settings import (
     config_from_dict,
     flatten_settings,
     read_settings_file,
+    setting_hint,
     setting_value,
     settings_of,
+    text_holds_commas,
     with_overrides,
 )
 
@@ -186,16 +188,17 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _parse_grid(entries: Sequence[str], config_class: type) -> dict[str, list[Any]]:
-    """``name=v1,v2`` entries as ``{name: [typed values]}``; values that hold commas
-    themselves (pairs such as ``z_capacity=0,5``) are separated by semicolons instead:
-    ``z_capacity=0,5;0,10``."""
+    """``name=v1,v2`` entries as ``{name: [typed values]}``; the values of settings written
+    with commas themselves (pairs such as ``z_capacity=0,5``, mappings) are separated by
+    semicolons instead: ``z_capacity=0,5;0,10``."""
     grid: dict[str, list[Any]] = {}
     for entry in entries:
         name, sep, values = entry.partition("=")
-        if not sep or not name.strip() or not values:
+        name = name.strip()
+        if not sep or not name or not values:
             raise UsageError(f"--grid expects name=value1,value2,... (or value1;value2;... for pairs), got {entry!r}")
-        separator = ";" if ";" in values else ","
-        grid[name.strip()] = [setting_value(config_class, name.strip(), value) for value in values.split(separator)]
+        separator = ";" if text_holds_commas(setting_hint(config_class, name)) else ","
+        grid[name] = [setting_value(config_class, name, value) for value in values.split(separator)]
     return grid
 
 

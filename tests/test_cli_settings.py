@@ -231,6 +231,9 @@ def test_sweep_grid_takes_pairs_separated_by_semicolons(monkeypatch, tmp_path):
     for job in planned:  # each job's --set values parse back to its settings
         sets = dict(job.command[i + 1].split("=", 1) for i, arg in enumerate(job.command) if arg == "--set")
         assert setting_value(PartedConfig, "z_capacity", sets["z_capacity"]) == job.settings["z_capacity"]
+    planned.clear()
+    assert main(["sweep", "parted", "--grid", "z_capacity=0,5", "--out", str(tmp_path / "one")]) == 0
+    assert [job.settings for job in planned] == [{"z_capacity": (0.0, 5.0)}]  # one pair, not two numbers
 
 
 def run_without_engine(*argv: str) -> subprocess.CompletedProcess:

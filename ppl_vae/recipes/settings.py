@@ -327,16 +327,31 @@ def config_from_dict(config_class: type, values: Mapping[str, Any], prefix: str 
         raise SettingError(f"{prefix}{message}") from None
 
 
+def setting_hint(config_class: type, name: str) -> Any:
+    """The declared type of the setting with dotted ``name`` of ``config_class``.
+
+    :raises SettingError: for an unknown name (with close names).
+    """
+    for setting in settings_of(config_class):
+        if setting.name == name:
+            return setting.hint
+    raise unknown_setting(name, config_class)
+
+
 def setting_value(config_class: type, name: str, value: Any) -> Any:
     """``value`` (text or a Python value) of the setting with dotted ``name`` of
     ``config_class``, converted to its type.
 
     :raises SettingError: for an unknown name (with close names) or a value of the wrong type.
     """
-    for setting in settings_of(config_class):
-        if setting.name == name:
-            return parse_value(name, setting.hint, value)
-    raise unknown_setting(name, config_class)
+    return parse_value(name, setting_hint(config_class, name), value)
+
+
+def text_holds_commas(hint: Any) -> bool:
+    """Whether a value of type ``hint`` is written with commas (a tuple ``0,5``, a JSON
+    object), so that a list of such values needs another separator."""
+    members = typing.get_args(hint) if _is_union(hint) else (hint,)
+    return any(typing.get_origin(member) in (tuple, dict) for member in members)
 
 
 def unknown_setting(name: str, config_class: type, prefix: str = "") -> SettingError:
