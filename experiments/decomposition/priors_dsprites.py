@@ -49,7 +49,7 @@ def main() -> None:
     seeds = args.seeds or seeds
     steps, num_train, votes = args.steps or steps, args.num_train or num_train, args.votes or votes
     args.df = args.df or df
-    rows = []
+    rows, source = [], DSprites()
     for prior in PRIORS:
         for seed in range(seeds):
             config = DecompositionConfig(
@@ -72,13 +72,13 @@ def main() -> None:
                 if prior == "student-t":
                     config.train = dataclasses.replace(config.train, batch_size=256, steps=args.steps or 40 * 737280 // 256)
             curve = PeriodicEvaluation(
-                lambda model, seed=seed: factor_scores(_image_encoder(model, flatten), DSprites(),
+                lambda model, seed=seed: factor_scores(_image_encoder(model, flatten), source,
                                                        votes=args.curve_votes, seed=seed, progress=False),
                 args.curve_every or max(config.train.steps // 5, 1),
             )
             model, figures = train_and_evaluate(config, out / f"{prior}_seed{seed}", callbacks=[curve])
             variances = model.prior().variance.detach().numpy().round(3).tolist()
-            scores = disentanglement_scores(_image_encoder(model, flatten), DSprites(), votes=votes, seed=seed)
+            scores = disentanglement_scores(_image_encoder(model, flatten), source, votes=votes, seed=seed)
             rows.append({"prior": prior, "seed": seed, "factor_score": figures["factor_score"], **scores,
                          "recon_ll": figures["reconstruction_log_likelihood"], "prior_variances": variances,
                          "seconds": figures["seconds"], "curve": curve.history})

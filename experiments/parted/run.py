@@ -89,7 +89,7 @@ def dsprites(args) -> dict:
     }
     kinds = {"unsupervised": "unsupervised", f"{_labels(0.005)}, no BC": "no-bc"}
     settings = {name: overrides for name, overrides in settings.items() if kinds.get(name, "labels") in args.configs}
-    results = {}
+    results, source = {}, DSprites()
     for name, overrides in settings.items():
         runs = []
         for seed in range(args.first_seed, args.first_seed + args.seeds):
@@ -97,7 +97,7 @@ def dsprites(args) -> dict:
             config = dsprites_config(args, seed, **overrides)
             experiment = build(config)
             curve = PeriodicEvaluation(
-                lambda model, seed=seed: factor_scores(model.encode, DSprites(), votes=args.curve_votes, seed=seed,
+                lambda model, seed=seed: factor_scores(model.encode, source, votes=args.curve_votes, seed=seed,
                                                        progress=False),
                 args.curve_every,
             )
