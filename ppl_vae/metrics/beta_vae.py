@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
+from sklearn.multiclass import OneVsRestClassifier
 
 from ppl_vae.metrics._factor_data import (
     BatchedEncoder,
@@ -52,9 +53,10 @@ def beta_vae_score(
        batches of ``batch_size`` images with factors drawn uniformly, the second batch's
        factor k set to the first's, image by image; the point's features are the mean over
        the batch of ``|representation(first) - representation(second)|`` ``(D,)``, its label k.
-    2. A logistic regression (scikit-learn's ``LogisticRegression``, lbfgs, multinomial,
-       ``max_iter=1000``; disentanglement_lib used that class's defaults of its time) is
-       fitted on ``n_train`` points; the score is its accuracy on ``n_eval`` fresh points.
+    2. A logistic regression with disentanglement_lib's settings, scikit-learn's
+       ``LogisticRegression`` defaults of its time (scikit-learn 0.20: the liblinear solver,
+       one-vs-rest over the factors, C = 1, ``max_iter=100``), is fitted on ``n_train``
+       points; the score is its accuracy on ``n_eval`` fresh points.
        Chance level is 1 / (number of varying factors).
 
     Encodes 2 x batch_size x (n_train + n_eval) images (1.92 million with the defaults).
@@ -84,12 +86,21 @@ def beta_vae_score(
         draw = _PointDrawer(encoder, dataset, varying, generator, rng, batch_size)
         train_points, train_labels = draw(n_train)
         eval_points, eval_labels = draw(n_eval)
-    classifier = LogisticRegression(max_iter=1000, random_state=seed)
+    classifier = logistic_regression(seed)
     classifier.fit(train_points, train_labels)
     return BetaVAEResult(
         score=float(classifier.score(eval_points, eval_labels)),
         train_accuracy=float(classifier.score(train_points, train_labels)),
     )
+
+
+def logistic_regression(seed: int) -> OneVsRestClassifier:
+    """disentanglement_lib's classifier: ``LogisticRegression(random_state=seed)`` with the
+    defaults of scikit-learn 0.20, which it was written against: one binary liblinear
+    regression per factor (one-vs-rest, written out here, as today's liblinear refuses more
+    than two classes), C = 1, tolerance 1e-4, at most 100 iterations; the prediction is the
+    factor of the largest decision value."""
+    return OneVsRestClassifier(LogisticRegression(solver="liblinear", C=1.0, tol=1e-4, max_iter=100, random_state=seed))
 
 
 class _PointDrawer:

@@ -107,8 +107,10 @@ def factor_score(
     3. One vote: a factor k drawn uniformly among the factors with more than one value, a
        batch of ``batch_size`` random images in which factor k is set to the first image's
        value, argmin over active d of batch variance / global variance; vote (d, k).
-    4. Majority-vote classifier (each dimension -> its most frequent factor, ties and unvoted
-       dimensions -> the lowest factor index) fitted on ``n_train`` votes; the score is its
+    4. Majority-vote classifier (each dimension -> its most frequent factor among the factors
+       with more than one value; ties and unvoted dimensions -> the lowest such factor index,
+       as disentanglement_lib's argmax, which runs over the factors that vote: its dSprites
+       has no single-valued colour factor) fitted on ``n_train`` votes; the score is its
        accuracy on ``n_eval`` freshly drawn votes. No active dimension: score 0.
        disentanglement_lib records the argmin as a position among the active dimensions;
        here it is mapped back to the dimension index (same accuracy, readable ``votes``).
@@ -202,7 +204,7 @@ def _standard_score(
     draw = _VoteDrawer(encoder, dataset, sizes, varying, generator, rng, batch_size)
     train_votes = draw(n_train, global_variance, active)
     eval_votes = draw(n_eval, global_variance, active)
-    classifier = train_votes.argmax(axis=1)
+    classifier = majority_vote(train_votes, varying)
     return FactorScoreResult(
         score=_accuracy(eval_votes, classifier),
         train_accuracy=_accuracy(train_votes, classifier),
@@ -210,6 +212,15 @@ def _standard_score(
         active_dims=tuple(int(d) for d in active),
         protocol="standard",
     )
+
+
+def majority_vote(votes: np.ndarray, varying: list[int]) -> np.ndarray:
+    """The standard protocol's classifier: for each dimension of ``votes`` (D, K) the factor
+    among ``varying`` with the most votes, (D,) factor indices. Ties and dimensions without
+    votes go to the first factor of ``varying``, as in disentanglement_lib, whose argmax runs
+    over the factors that vote (its dSprites has no single-valued colour factor)."""
+    columns = np.asarray(varying, dtype=np.int64)
+    return columns[votes[:, columns].argmax(axis=1)]
 
 
 def _global_variance(

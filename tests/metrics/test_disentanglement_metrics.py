@@ -275,3 +275,15 @@ def test_factor_scores_refuse_too_few_votes(dataset):
 def test_disentanglement_scores_refuses_too_few_votes(dataset):
     with pytest.raises(ValueError, match="votes.*1"):
         disentanglement_scores(dataset.true_factors, dataset, votes=1)
+
+
+def test_beta_vae_classifier_has_disentanglement_libs_settings():
+    from ppl_vae.metrics.beta_vae import logistic_regression
+
+    classifier = logistic_regression(seed=3)
+    params = classifier.estimator.get_params()
+
+    assert type(classifier).__name__ == "OneVsRestClassifier", "one-vs-rest, as scikit-learn 0.20's default"
+    assert params["solver"] == "liblinear" and params["C"] == 1.0
+    assert params["max_iter"] == 100 and params["tol"] == 1e-4 and params["fit_intercept"] is True
+    assert params["random_state"] == 3

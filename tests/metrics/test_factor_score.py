@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ppl_vae.metrics import FactorScoreResult, factor_score
+from ppl_vae.metrics.factor_score import majority_vote
 from ppl_vae.metrics.synthetic import SyntheticFactors
 
 PROTOCOLS = ("standard", "parted")
@@ -310,3 +311,24 @@ def test_progress_bar_writes_nothing_when_stderr_is_not_a_terminal(progress, cap
     factor_score(factor_values, SyntheticFactors(SMALL), progress=progress, **FAST)
 
     assert capsys.readouterr().err == ""
+
+
+def test_majority_vote_gives_unvoted_dimensions_to_the_first_varying_factor():
+    votes = np.array([[0, 0, 0, 0], [0, 5, 2, 0], [0, 1, 1, 0], [0, 0, 0, 7]])
+
+    assert majority_vote(votes, [1, 2, 3]).tolist() == [1, 1, 1, 3]
+
+
+def test_standard_protocol_counts_eval_votes_of_a_dimension_without_training_votes_for_the_first_varying_factor():
+    # One training vote: every other dimension is unvoted. disentanglement_lib assigns those to
+    # the first factor that votes (dSprites' shape), so the shape dimension's evaluation votes
+    # are right; assigning them to the single-valued factor 0 would make them all wrong.
+    for seed in range(20):
+        result = factor_score(factor_values, SyntheticFactors(SMALL), n_train=1, n_eval=600, batch_size=16,
+                              n_variance=500, seed=seed)
+        if result.votes[1].sum() == 0:  # the one training vote is not for factor 1
+            break
+    voted = int(result.votes.sum(axis=0).argmax())
+
+    assert voted != 1
+    assert result.score == pytest.approx(2 / 3, abs=0.08), "votes of factor 1 and of the voted factor are right"
