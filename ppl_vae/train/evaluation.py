@@ -42,6 +42,9 @@ class PeriodicEvaluation(L.Callback):
     :param restore_best: at the end of training, load the weights of the best evaluation
         into the model (kept on the CPU meanwhile; the figures of :attr:`best` then describe
         the returned model).
+    :param evaluate_at_end: evaluate the model when training ends between two multiples of
+        ``every_n_steps`` (a stop on a plateau, a time budget); ``False`` keeps the curve to
+        the multiples, so that a run stopped and resumed has the points of one that was not.
 
     :attr:`history` lists every evaluation as ``{"step": iteration, **figures}``;
     :attr:`best` is the best of them (``None`` before the first, or without ``monitor``);
@@ -60,6 +63,7 @@ class PeriodicEvaluation(L.Callback):
         patience: int = 5,
         min_delta: float = 0.0,
         restore_best: bool = True,
+        evaluate_at_end: bool = True,
     ) -> None:
         if not callable(evaluate):
             raise ValueError(f"evaluate must be a function model -> dict of figures, got {evaluate!r}")
@@ -74,6 +78,7 @@ class PeriodicEvaluation(L.Callback):
         self.patience = positive_integer("patience", patience)
         self.min_delta = finite("min_delta", min_delta, low=0.0)
         self.restore_best = boolean("restore_best", restore_best)
+        self.evaluate_at_end = boolean("evaluate_at_end", evaluate_at_end)
         self.history: list[dict[str, float]] = []
         self.best: dict[str, float] | None = None
         self.stopped_at: int | None = None
@@ -120,8 +125,9 @@ class PeriodicEvaluation(L.Callback):
             trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        """Evaluate the final model (unless just done); load the best weights if asked."""
-        if not self.history or self.history[-1]["step"] != module.iteration:
+        """Evaluate the final model (unless just done, or ``evaluate_at_end`` is off); load
+        the best weights if asked."""
+        if self.evaluate_at_end and (not self.history or self.history[-1]["step"] != module.iteration):
             self._run(module.model, module.iteration)
         if self.restore_best and self._best_weights is not None:
             module.model.load_state_dict(self._best_weights)

@@ -29,6 +29,14 @@ def test_evaluates_at_every_multiple_and_at_the_end_in_eval_mode_without_gradien
     assert curve.best is None and curve.stopped_at is None
 
 
+
+def test_without_evaluate_at_end_the_curve_keeps_to_the_multiples(data):
+    evaluate, calls = scripted([0.1, 0.2, 0.3, 0.4])
+    curve = PeriodicEvaluation(evaluate, every_n_steps=10, evaluate_at_end=False)
+    fit(small_vae(), TraceMeanField_ELBO(), data, steps=35, callbacks=[curve], **FAST)
+    assert [record["step"] for record in curve.history] == [10, 20, 30]
+    assert len(calls) == 3
+
 def test_stops_after_patience_evaluations_without_improvement_and_returns_the_best_weights(data):
     weights = []
 
@@ -74,6 +82,7 @@ def test_a_resumed_run_keeps_the_curve_and_the_patience_used(data, tmp_path):
         (dict(every_n_steps=5, patience=0), "patience"),
         (dict(every_n_steps=5, mode="up"), "mode"),
         (dict(every_n_steps=5, min_delta=-1.0), "min_delta"),
+        (dict(every_n_steps=5, evaluate_at_end="no"), "evaluate_at_end"),
     ],
 )
 def test_bad_settings_are_named(arguments, message):
