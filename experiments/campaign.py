@@ -393,7 +393,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args(argv)
     args.checkpoints = args.checkpoints or default_checkpoints()
-    runs = read_manifest(args.manifest)
+    try:
+        runs = read_manifest(args.manifest)
+    except ValueError as error:
+        parser.error(str(error))
     if args.command == "list":
         for run in runs:
             print(f"{run.name:45} {state_of(run, args.checkpoints, args.results)}")

@@ -1,0 +1,215 @@
+"""The results tables of README.md and the model pages, written from the campaign's records.
+
+    python experiments/tables.py           # rewrite every table between its markers
+    python experiments/tables.py --check   # exit 1 when a table in the docs differs from the records
+
+A table sits in a Markdown file between ``<!-- campaign-table: NAME -->`` and
+``<!-- /campaign-table -->``; NAME is one of :data:`TABLES`. Each row is one experiment of
+``experiments/campaign.json``: its complete records (``results/<experiment>/seed<k>.json``,
+written by ``experiments/campaign.py``) as mean +- sd over seeds, the steps, the seeds, the
+mean wall time of a run, the commits that wrote them, the paper's number and whether the
+target is met. Records that are not complete yet are counted in the row, never averaged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+DOCUMENTS = ("README.md", "docs/parted.md", "docs/decomposition.md")
+MARKER = re.compile(r"(<!-- campaign-table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /campaign-table -->)", re.DOTALL)
+
+Records = Mapping[str, list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One experiment in a table.
+
+    :param experiment: the manifest's name.
+    :param label: what the row shows, in words.
+    :param paper: the paper's figure, as text.
+    :param target: ``records -> (met, why)``, the target's test on every experiment's records.
+    """
+
+    experiment: str
+    label: str
+    paper: str
+    target: Callable[[Records], tuple[bool | None, str]]
+
+
+METRICS = (("factor_score", "Factor score"), ("factor_score_parted", "parted protocol"), ("mig", "MIG"),
+           ("sap", "SAP"), ("dci_disentanglement", "DCI-D"), ("beta_vae", "beta-VAE"))
+
+
+def complete(records: Records, experiment: str) -> list[dict[str, Any]]:
+    return [record for record in records.get(experiment, []) if record.get("complete")]
+
+
+def mean_target(experiment: str, threshold: float, seeds: int) -> Callable[[Records], tuple[bool | None, str]]:
+    """Met when ``seeds`` complete records average a standard Factor score >= ``threshold``."""
+
+    def target(records: Records) -> tuple[bool | None, str]:
+        done = complete(records, experiment)
+        if len(done) < seeds:
+            return None, f">= {threshold} over {seeds} seeds: {len(done)} of {seeds} seeds so far"
+        value = statistics.mean(record["metrics"]["factor_score"] for record in done)
+        return value >= threshold, f">= {threshold} over {seeds} seeds: {value:.3f}"
+
+    return target
+
+
+def below_every_seed(experiment: str, reference: str, seeds: int) -> Callable[[Records], tuple[bool | None, str]]:
+    """Met when each of ``seeds`` seeds of ``experiment`` scores below the same seed of ``reference``."""
+
+    def target(records: Records) -> tuple[bool | None, str]:
+        ours = {record["seed"]: record["metrics"]["factor_score"] for record in complete(records, experiment)}
+        theirs = {record["seed"]: record["metrics"]["factor_score"] for record in complete(records, reference)}
+        paired = sorted(set(ours) & set(theirs))
+        if len(paired) < seeds:
+            return None, f"below {reference} for every seed: {len(paired)} of {seeds} seeds paired so far"
+        return all(ours[s] < theirs[s] for s in paired), "below " + reference + " for every seed: " + ", ".join(
+            f"{ours[s]:.3f} vs {theirs[s]:.3f}" for s in paired)
+
+    return target
+
+
+def above(experiment: str, reference: str) -> Callable[[Records], tuple[bool | None, str]]:
+    """Met when the mean standard Factor score of ``experiment`` exceeds that of ``reference``."""
+
+    def target(records: Records) -> tuple[bool | None, str]:
+        ours, theirs = complete(records, experiment), complete(records, reference)
+        if not ours or not theirs:
+            return None, f"above {reference}: not both recorded yet"
+        mine = statistics.mean(r["metrics"]["factor_score"] for r in ours)
+        other = statistics.mean(r["metrics"]["factor_score"] for r in theirs)
+        return mine > other, f"above {reference}: {mine:.3f} vs {other:.3f}"
+
+    return target
+
+
+def no_target(records: Records) -> tuple[bool | None, str]:
+    return None, "the reference row"
+
+
+TABLES: dict[str, list[Row]] = {
+    "parted-dsprites": [
+        Row("parted-dsprites-labels", "PartedVAE, 3,686 shape labels (0.5%)", "0.881",
+            mean_target("parted-dsprites-labels", 0.90, 3)),
+        Row("parted-dsprites-no-bc", "the same without the Bhattacharyya term", "0.829",
+            below_every_seed("parted-dsprites-no-bc", "parted-dsprites-labels", 3)),
+        Row("parted-dsprites-unsupervised", "no labels, capacity ramps at the authors' rate", "0.775",
+            mean_target("parted-dsprites-unsupervised", 0.775, 3)),
+    ],
+    "decomposition-dsprites": [
+        Row("decomposition-dsprites-isotropic", "isotropic Gaussian prior", "reference", no_target),
+        Row("decomposition-dsprites-pca", "anisotropic prior, PCA-initialised, fixed", "above isotropic",
+            above("decomposition-dsprites-pca", "decomposition-dsprites-isotropic")),
+        Row("decomposition-dsprites-learned-pca", "anisotropic prior, PCA-initialised, learned", "above isotropic",
+            above("decomposition-dsprites-learned-pca", "decomposition-dsprites-isotropic")),
+        Row("decomposition-dsprites-student-t", "factored Student-t prior (3 degrees of freedom)", "above isotropic",
+            above("decomposition-dsprites-student-t", "decomposition-dsprites-isotropic")),
+    ],
+}
+
+
+def read_records(results: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every record under ``results``, by experiment, sorted by seed."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(results.glob("*/seed*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        records.setdefault(record["experiment"], []).append(record)
+    for runs in records.values():
+        runs.sort(key=lambda record: record["seed"])
+    return records
+
+
+def _spread(values: Sequence[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def _cells(row: Row, records: Records) -> list[str]:
+    done = complete(records, row.experiment)
+    started = [r for r in records.get(row.experiment, []) if not r.get("complete")]
+    pending = f" ({len(started)} more unfinished)" if started else ""
+    met, why = row.target(records)
+    verdict = {True: "**met**", False: "**not met**", None: "not yet decided"}[met] + f": {why}"
+    if not done:
+        return [row.label, "no complete record yet" + pending, "", "", *[""] * len(METRICS), "", row.paper, verdict]
+    shape = [r["metrics"]["shape_accuracy"] for r in done if "shape_accuracy" in r["metrics"]]
+    unsupervised = done[0]["settings"].get("label_fraction") is None and done[0]["settings"].get("num_labels") is None
+    if unsupervised:
+        shape = [r["metrics"]["shape_clustering_accuracy"] for r in done if "shape_clustering_accuracy" in r["metrics"]]
+    steps = sorted({r["steps"] for r in done})
+    minutes = statistics.mean(r["wall_seconds"] for r in done) / 60
+    commits = ", ".join(sorted({r["commit"][:7] + ("+dirty" if r["commit"].endswith("+dirty") else "") for r in done}))
+    seeds = ", ".join(str(r["seed"]) for r in done)
+    return [
+        row.label,
+        f"{len(done)} ({seeds}){pending}",
+        "/".join(f"{s:,}" for s in steps),
+        f"{minutes:.0f} min, {commits}",
+        *[_spread([r["metrics"][key] for r in done]) for key, _ in METRICS],
+        _spread(shape) if shape else "",
+        row.paper,
+        verdict,
+    ]
+
+
+def render(name: str, records: Records) -> str:
+    """The Markdown table ``name`` from ``records``."""
+    header = ["experiment", "seeds", "steps", "wall time per run, commit", *[label for _, label in METRICS],
+              "shape accuracy", "paper", "target"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in TABLES[name]:
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in _cells(row, records)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def rewrite(text: str, records: Records, source: str) -> str:
+    """``text`` with every table between markers replaced by the one the records give."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in TABLES:
+            raise ValueError(f"{source}: unknown campaign table {name!r}; expected one of {sorted(TABLES)}")
+        return match.group(1) + render(name, records) + match.group(4)
+
+    return MARKER.sub(replace, text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a table differs from the records")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--root", type=Path, default=ROOT, help="where README.md and docs/ are")
+    args = parser.parse_args(argv)
+    records = read_records(args.results)
+    stale = []
+    for document in DOCUMENTS:
+        path = args.root / document
+        text = path.read_text(encoding="utf-8")
+        updated = rewrite(text, records, document)
+        if updated != text:
+            stale.append(document)
+            if not args.check:
+                path.write_text(updated, encoding="utf-8")
+    if args.check and stale:
+        print(f"tables differ from the records in: {', '.join(stale)}; run python experiments/tables.py", file=sys.stderr)
+        return 1
+    print(("checked" if args.check else "wrote") + f" the campaign tables of {', '.join(DOCUMENTS)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The evidence campaign at a tiny size: runs resume after a kill exactly, a run whose
+checkpoint is gone restarts with a message, records carry what the tables need, and the
+tables in the docs are the ones the committed records give."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CAMPAIGN = ROOT / "experiments" / "campaign.py"
+TABLES = ROOT / "experiments" / "tables.py"
+TINY = {
+    "name": "tiny-parted", "recipe": "parted", "seeds": [0], "steps": 40, "curve_every": 20, "curve_votes": 20,
+    "votes": 20,
+    "settings": {"num_train": 256, "hidden": 8, "num_labels": 30, "label_fraction": None, "capacity_steps": 40,
+                 "factor_score_votes": 0, "num_eval": 50, "train.batch_size": 16, "train.log_every_n_steps": 5,
+                 "train.checkpoint_every_n_steps": 10},
+}
+
+
+def campaign(tmp: Path, *arguments: str, **popen) -> list[str]:
+    """The command line of campaign.py on the tiny manifest with folders under ``tmp``."""
+    manifest = tmp / "manifest.json"
+    if not manifest.is_file():
+        manifest.write_text(json.dumps({"experiments": [TINY]}))
+    return [sys.executable, str(CAMPAIGN), "--manifest", str(manifest), "--checkpoints", str(tmp / "checkpoints"),
+            "--results", str(tmp / "results"), *arguments]
+
+
+def run(command: list[str]) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+
+
+def record(tmp: Path) -> dict:
+    return json.loads((tmp / "results" / "tiny-parted" / "seed0.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    done = run(campaign(tmp, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return record(tmp)
+
+
+def test_a_run_writes_a_complete_record_with_settings_versions_metrics_and_curve(uninterrupted):
+    assert uninterrupted["complete"] and uninterrupted["steps"] == uninterrupted["target_steps"] == 40
+    assert uninterrupted["experiment"] == "tiny-parted" and uninterrupted["seed"] == 0
+    assert uninterrupted["settings"]["train"]["steps"] == 40 and uninterrupted["settings"]["hidden"] == 8
+    assert set(uninterrupted["versions"]) >= {"ppl_vae", "torch", "pyro", "lightning"}
+    assert uninterrupted["commit"] and uninterrupted["wall_seconds"] > 0
+    assert {"factor_score", "factor_score_parted", "mig", "sap", "dci_disentanglement", "beta_vae",
+            "shape_accuracy"} <= set(uninterrupted["metrics"])
+    assert [point["step"] for point in uninterrupted["curve"]] == [20, 40]
+    assert set(uninterrupted["curve"][0]["metrics"]) == {"factor_score", "factor_score_parted"}
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, uninterrupted):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(campaign(tmp_path, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"),
+                               env=environment, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    checkpoint = tmp_path / "checkpoints" / "tiny-parted" / "seed0" / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 300
+    while not checkpoint.is_file() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker, at their first checkpoint
+    process.wait()
+    assert checkpoint.is_file()
+
+    resumed = run(campaign(tmp_path, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"))
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = (tmp_path / "checkpoints" / "tiny-parted" / "seed0.log").read_text()
+    assert "resuming from" in log
+    assert record(tmp_path)["complete"]
+    assert record(tmp_path)["metrics"] == uninterrupted["metrics"]
+    assert record(tmp_path)["curve"] == uninterrupted["curve"]
+
+
+def test_a_run_whose_checkpoint_is_gone_restarts_with_a_message(tmp_path):
+    started = {"experiment": "tiny-parted", "seed": 0, "complete": False, "steps": 30, "target_steps": 40,
+               "wall_seconds": 12.0, "invocations": 1, "curve": [], "metrics": {}}
+    (tmp_path / "results" / "tiny-parted").mkdir(parents=True)
+    (tmp_path / "results" / "tiny-parted" / "seed0.json").write_text(json.dumps(started))
+
+    listed = run(campaign(tmp_path, "list"))
+    past = str(time.time() - 1)  # a spent budget: the worker stops at its first checkpoint
+    worker = run(campaign(tmp_path, "worker", "tiny-parted", "0", "--deadline", past))
+
+    assert "lost" in listed.stdout
+    assert worker.returncode == 0, worker.stdout + worker.stderr
+    assert "is gone; restarting it from step 0" in worker.stdout
+    assert record(tmp_path)["steps"] == 10 and not record(tmp_path)["complete"]
+    assert record(tmp_path)["wall_seconds"] < 12.0 + 600 and record(tmp_path)["invocations"] == 1
+
+
+def test_a_bad_manifest_is_named(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"experiments": [{**TINY, "recipe": "nope"}]}))
+
+    listed = run([sys.executable, str(CAMPAIGN), "--manifest", str(manifest), "list"])
+
+    assert listed.returncode != 0
+    assert str(manifest) in listed.stderr and "recipe must be one of" in listed.stderr
+
+
+def _record(experiment: str, seed: int, score: float, complete: bool = True) -> dict:
+    return {"experiment": experiment, "seed": seed, "complete": complete, "steps": 25000, "target_steps": 25000,
+            "wall_seconds": 3600.0, "commit": "0123456789abcdef", "settings": {"label_fraction": 0.005},
+            "metrics": {"factor_score": score, "factor_score_parted": score, "mig": 0.3, "sap": 0.1,
+                        "dci_disentanglement": 0.4, "beta_vae": 1.0, "shape_accuracy": 0.99}}
+
+
+def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_path):
+    results, root = tmp_path / "results", tmp_path / "root"
+    (root / "docs").mkdir(parents=True)
+    for document in ("README.md", "docs/parted.md", "docs/decomposition.md"):
+        (root / document).write_text("before\n<!-- campaign-table: parted-dsprites -->\n<!-- /campaign-table -->\nafter\n")
+    for seed, (labels, no_bc) in enumerate([(0.93, 0.85), (0.91, 0.80), (0.90, 0.88)]):
+        for experiment, score in (("parted-dsprites-labels", labels), ("parted-dsprites-no-bc", no_bc)):
+            (results / experiment).mkdir(parents=True, exist_ok=True)
+            (results / experiment / f"seed{seed}.json").write_text(json.dumps(_record(experiment, seed, score)))
+    command = [sys.executable, str(TABLES), "--results", str(results), "--root", str(root)]
+
+    assert run([*command, "--check"]).returncode == 1
+    assert run(command).returncode == 0
+    assert run([*command, "--check"]).returncode == 0
+    table = (root / "README.md").read_text()
+    assert "| PartedVAE, 3,686 shape labels (0.5%) | 3 (0, 1, 2) | 25,000 | 60 min, 0123456 | 0.913 +- 0.015 |" in table
+    assert "**met**: >= 0.9 over 3 seeds: 0.913" in table
+    assert "**met**: below parted-dsprites-labels for every seed: 0.850 vs 0.930, 0.800 vs 0.910, 0.880 vs 0.900" in table
+    assert table.startswith("before\n") and table.endswith("<!-- /campaign-table -->\nafter\n")
+
+
+def test_the_tables_in_the_docs_are_the_ones_the_committed_records_give():
+    checked = run([sys.executable, str(TABLES), "--check"])
+    assert checked.returncode == 0, checked.stderr
