@@ -62,6 +62,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
+from ppl_vae._storage import stored_as_float
 from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES, aggregate_log_density, mmd_dimensionwise
@@ -568,7 +569,8 @@ def aggregate_encodings(
 
     The guide runs on ``data`` (its keyword arguments, tensors ``(N, ...)``) in chunks of
     ``chunk_size`` rows, blocked so that the calls leave no trace, each chunk moved to
-    ``device`` (integer data converted to the default float type) and, when gradients are on,
+    ``device`` (bool and uint8 storage converted to floats exactly as the training batches
+    are: uint8 divided by 255) and, when gradients are on,
     run under activation checkpointing (its activations recomputed, with the same random
     state, in backward).
 
@@ -590,7 +592,7 @@ def aggregate_encodings(
 
     locs, scales = [], []
     for start in range(0, size, chunk_size):
-        chunk = [_as_float(data[key][start : start + chunk_size].to(device)) for key in keys]
+        chunk = [stored_as_float(data[key][start : start + chunk_size].to(device)) for key in keys]
         if torch.is_grad_enabled():
             loc, scale = checkpoint(encode, *chunk, use_reentrant=False)
         else:
@@ -598,11 +600,6 @@ def aggregate_encodings(
         locs.append(loc)
         scales.append(scale)
     return torch.cat(locs), torch.cat(scales)
-
-
-def _as_float(value: torch.Tensor) -> torch.Tensor:
-    """``value`` in the default float type unless it is floating already."""
-    return value if value.is_floating_point() else value.to(torch.get_default_dtype())
 
 
 def permute_shared(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ from math import ceil
 
 import torch
 
+from ppl_vae._storage import stored_as_float
 from ppl_vae._validation import integer, positive_integer
 
 TensorGroups = dict[str, dict[str, torch.Tensor]]
@@ -54,15 +55,6 @@ def as_groups(data: Mapping[str, torch.Tensor | Mapping[str, torch.Tensor]]) -> 
             raise ValueError(f"tensors of data group {name!r} differ in length: {sorted(sizes)}")
         groups[name] = group
     return groups
-
-
-def _as_float(batch: torch.Tensor) -> torch.Tensor:
-    """Compact storage to float32: bool -> {0, 1}, uint8 -> [0, 1]; other dtypes unchanged."""
-    if batch.dtype == torch.bool:
-        return batch.float()
-    if batch.dtype == torch.uint8:
-        return batch.float().div_(255.0)
-    return batch
 
 
 class TensorBatches:
@@ -149,7 +141,7 @@ class TensorBatches:
         size = self.batch_sizes[name]
         offset = (within * self.world_size + self.rank) * size
         index = permutation[offset : offset + size]
-        return {key: _as_float(tensor.index_select(0, index)) for key, tensor in group.items()}
+        return {key: stored_as_float(tensor.index_select(0, index)) for key, tensor in group.items()}
 
     def __iter__(self) -> Iterator[dict[str, dict[str, torch.Tensor]]]:
         return self._generate()

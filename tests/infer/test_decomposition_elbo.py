@@ -171,6 +171,18 @@ def test_whole_data_set_aggregate_matches_the_minibatch_one_when_they_are_the_sa
     assert seeded(chunked.loss, model.model, model.guide, X, aggregate_data={"x": X}) == pytest.approx(expected, rel=1e-5)
 
 
+
+def test_uint8_aggregate_data_is_encoded_on_the_scale_of_the_training_batches():
+    """uint8 storage means [0, 255] -> [0, 1] for the training batches; the whole-data
+    aggregate must read the same images on the same scale."""
+    model = decomposition_vae(IsotropicGaussianPrior(2))
+    elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", chunk_size=5)
+    levels = torch.tensor([0, 64, 128, 255], dtype=torch.uint8)
+    stored = levels[torch.randint(4, X.shape, generator=torch.Generator().manual_seed(1))]
+    as_floats = stored.float() / 255.0
+    expected = seeded(elbo.loss, model.model, model.guide, X, aggregate_data={"x": as_floats})
+    assert seeded(elbo.loss, model.model, model.guide, X, aggregate_data={"x": stored}) == pytest.approx(expected, rel=1e-6)
+
 def test_whole_data_set_aggregate_reaches_the_encoder_through_points_outside_the_batch():
     model = decomposition_vae(IsotropicGaussianPrior(2))
     elbo = DecompositionELBO(beta=0.0, alpha=1.0, divergence="inclusive_kl")
