@@ -1,28 +1,24 @@
 """Objectives (Pyro ELBO subclasses) and their composable terms, divergences, schedules and
 auxiliary steps."""
-from ppl_vae.infer.contrastive import ContrastiveELBO, discriminator_loss, permute_shared
-from ppl_vae.infer.decomposition import DecompositionELBO
+from ppl_vae.infer.contrastive import ContrastiveELBO, TotalCorrelation, discriminator_loss, permute_shared
+from ppl_vae.infer.decomposition import AggregateDivergence, DecompositionELBO
 from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutation
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
 from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.parted import PartedELBO, classification_loss
-from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step, training_step
-from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
-from ppl_vae.infer.terms import (
+from ppl_vae.infer.parted import (
     AggregateClassKL,
-    AggregateDivergence,
     BhattacharyyaPenalty,
-    Capacity,
     ClassCapacity,
     ClassEntropy,
     ClassTerm,
-    ClassVariable,
-    Term,
-    TermSites,
-    TotalCorrelation,
+    PartedELBO,
+    classification_loss,
 )
+from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step, training_step
+from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
+from ppl_vae.infer.terms import Capacity, ClassVariable, Term, TermSites
 
 __all__ = [
     "AggregateClassKL",

@@ -16,12 +16,143 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from pyro import poutine
+from torch import nn
+from torch.func import functional_call
 
+from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.terms import Term, TotalCorrelation, discriminator_loss, permute_shared
+from ppl_vae.infer.steps import AuxiliaryStep
+from ppl_vae.infer.terms import Term, TermSites, check_site_name
 from ppl_vae.nn.discriminator import TCDiscriminator
 
-__all__ = ["ContrastiveELBO", "discriminator_loss", "permute_shared"]
+__all__ = ["ContrastiveELBO", "TotalCorrelation", "discriminator_loss", "permute_shared"]
+
+
+def permute_shared(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Samples of q(s) q(z) from joint samples: ``[s_n, z_pi(n)] (B, D_s + D_z)`` for a random
+    permutation pi of the batch (the authors swap the halves of the batch instead).
+
+    Under data parallelism pi permutes the global batch (one permutation for every process,
+    :func:`~ppl_vae.infer.distributed.shared_permutation`) and each process returns its own
+    rows n, whose partner z_pi(n) may live on another process (gathered): together the
+    processes build exactly the pairs one process with the global batch would."""
+    every_z = all_gather(z)
+    partners = local_rows(shared_permutation(every_z.shape[0], device=z.device), z.shape[0])
+    return torch.cat([s, every_z[partners]], dim=-1)
+
+
+def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """``mean_n [-log D([s_n, z_n]) - log(1 - D([s_n, z_pi(n)]))]``, the logistic loss of
+    joint against permuted samples (Abid & Zou 2019, appendix C), from logits. Under data
+    parallelism the mean runs over this process's rows of the global batch (pairs from
+    :func:`permute_shared`); DDP's average of the processes' gradients is the gradient of the
+    global mean."""
+    joint = discriminator(torch.cat([s, z], dim=-1))
+    product = discriminator(permute_shared(s, z))
+    return torch.nn.functional.softplus(-joint).mean() + torch.nn.functional.softplus(product).mean()
+
+
+class TotalCorrelation(Term):
+    r"""The total correlation :math:`TC(s, z) = KL(q(s, z) \| q(s) q(z))` of two latent sites
+    under the guide (Abid & Zou 2019, Eq. 5; appendix C), by the density-ratio trick: a
+    discriminator D tells joint samples ``v = [s, z]`` from samples whose s and z come from
+    different points, and at its optimum ``logit D(v) = log q(s, z) / q(s) q(z)``, so
+    :math:`TC \approx \frac{1}{B}\sum_n \mathrm{logit}\, D(v_n)`.
+
+    D belongs to this term (not to the model or Pyro's parameter store). The factor evaluates D
+    with its parameters detached, so the ELBO's gradient never reaches D; D is trained by the
+    term's own step (:meth:`auxiliary_steps`, after each ELBO step) on detached samples: those
+    of the ELBO step, which hands them to the step as arguments (:meth:`step_arguments`).
+
+    :param salient_site: the site of s.
+    :param shared_site: the site of z.
+    :param gamma: weight gamma.
+    :param discriminator: ``"linear"`` (the paper's logistic regression) or ``"mlp"``.
+    :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
+    :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
+    :param name: the factor's name.
+    """
+
+    #: The name of the discriminator's auxiliary step (its loss is logged as ``discriminator_loss``).
+    STEP = "discriminator"
+
+    def __init__(
+        self,
+        salient_site: str,
+        shared_site: str,
+        gamma: float,
+        discriminator: str = "linear",
+        discriminator_hidden: Sequence[int] = (64, 64),
+        discriminator_lr: float | None = None,
+        name: str = "total_correlation",
+    ) -> None:
+        super().__init__(name, gamma, "gamma")
+        if discriminator_lr is not None and not discriminator_lr > 0:
+            raise ValueError(f"discriminator_lr must be > 0 or None, got {discriminator_lr!r}")
+        self.salient_site = check_site_name(salient_site, "salient_site")
+        self.shared_site = check_site_name(shared_site, "shared_site")
+        self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
+        self.discriminator_lr = discriminator_lr
+
+    def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the salient site."""
+        return sites.num_points(self.salient_site)
+
+    def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """``log D(v) / (1 - D(v))`` per point ``(B,)`` for ``s (B, D_s)``, ``z (B, D_z)``, with D's
+        parameters detached (gradients flow to s and z only)."""
+        v = torch.cat([s, z], dim=-1)
+        self.discriminator.build(v.shape[-1], v.device)
+        detached = {name: p.detach() for name, p in self.discriminator.named_parameters()}
+        return functional_call(self.discriminator, detached, (v,))
+
+    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(mean_n logit D([s_n, z_n]), {})``."""
+        s = sites.model_site(self.salient_site)["value"]
+        z = sites.model_site(self.shared_site)["value"]
+        return self.log_density_ratio(s, z).mean(), {}
+
+    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
+        """``{"discriminator": {"salient_sample": s, "shared_sample": z}}``, the ELBO step's
+        samples, detached, for the discriminator step; none when the weight is 0 (no step)."""
+        if self.weight == 0:
+            return {}
+        s = sites.model_site(self.salient_site)["value"]
+        z = sites.model_site(self.shared_site)["value"]
+        return {self.STEP: {"salient_sample": s.detach(), "shared_sample": z.detach()}}
+
+    def auxiliary_modules(self) -> dict[str, nn.Module]:
+        """``{"discriminator": D}``, for the engine to move and checkpoint."""
+        return {"discriminator": self.discriminator}
+
+    def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
+        """The discriminator step (after each ELBO step): :func:`discriminator_loss` on detached
+        ``[s, z]``: ``salient_sample`` and ``shared_sample`` when given (the samples the ELBO
+        step drew on the same batch, :meth:`step_arguments`: no second pass through the
+        encoders), else fresh ones from ``model.guide`` on the batch (a plain SVI loop); none
+        when the weight is 0."""
+        if self.weight == 0:
+            return []
+        self.discriminator.build(model.salient_dim + model.shared_dim)
+
+        def loss(
+            salient_sample: torch.Tensor | None = None, shared_sample: torch.Tensor | None = None, **batch: torch.Tensor
+        ) -> torch.Tensor:
+            if salient_sample is None or shared_sample is None:
+                salient_sample, shared_sample = self.guide_samples(model, **batch)
+            return discriminator_loss(self.discriminator, salient_sample, shared_sample)
+
+        return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
+
+    @torch.no_grad()
+    def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Detached ``s (B, D_s)``, ``z (B, D_z)`` sampled from the guide on the target batch
+        (the background is not encoded: the discriminator never sees it)."""
+        target_only = {name: value for name, value in batch.items() if name != "background"}
+        with poutine.block():
+            nodes = poutine.trace(model.guide).get_trace(**target_only).nodes
+        return nodes[self.salient_site]["value"], nodes[self.shared_site]["value"]
 
 
 class ContrastiveELBO(MeanFieldELBO):
@@ -34,7 +165,7 @@ class ContrastiveELBO(MeanFieldELBO):
         + \sum_{m \in background} \big(E_q[\log p(b_m|0,z_m)] - KL(q(z_m|b_m)\|p(z))\big)
 
     with analytic KLs (:class:`~ppl_vae.infer.MeanFieldELBO`) and ``v_n = [s_n, z_n]``
-    sampled from the guide. The TC term is :class:`~ppl_vae.infer.terms.TotalCorrelation`, a
+    sampled from the guide. The TC term is :class:`TotalCorrelation`, a
     ``pyro.factor`` site named ``"total_correlation"`` added after the model has run (the
     values of s and z are the guide's, replayed into the model); it carries the target
     plate's data-set scale N / B, so ``loss`` and ``differentiable_loss`` report the same
@@ -104,5 +235,5 @@ class ContrastiveELBO(MeanFieldELBO):
 
     def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """``logit D([s, z])`` per point ``(B,)``, D's parameters detached
-        (:meth:`~ppl_vae.infer.terms.TotalCorrelation.log_density_ratio`)."""
+        (:meth:`TotalCorrelation.log_density_ratio`)."""
         return self.total_correlation.log_density_ratio(s, z)

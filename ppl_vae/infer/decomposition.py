@@ -9,7 +9,7 @@ The sum over n is the mean-field ELBO (:class:`~ppl_vae.infer.MeanFieldELBO`): t
 KL where one is registered (Gaussian guide and Gaussian prior), ``log q(z|x) - log p(z)`` at
 the guide's sample otherwise (Student-t, mixture and sparse priors), weighted by beta (beta
 = 0, the paper's Fig. 3 bottom row, is allowed). The divergence is a *batch-level* term,
-:class:`~ppl_vae.infer.terms.AggregateDivergence`: it enters the model trace as one
+:class:`AggregateDivergence`: it enters the model trace as one
 ``pyro.factor`` site outside the data plate, weighted by the number of points N the ELBO's
 sum stands for (B, or the model's ``data_size``), so that alpha means what it means in Eq. 7,
 where every term is per data point. Pyro then counts it like any observed site: ``loss`` and
@@ -25,24 +25,173 @@ N B, term for term.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES
-from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.terms import DIVERGENCES, AggregateDivergence, Term
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch.utils.checkpoint import checkpoint
 
-__all__ = ["DIVERGENCES", "DecompositionELBO"]
+from ppl_vae._storage import stored_as_float
+from ppl_vae.infer.distributed import all_gather
+from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES, aggregate_log_density, mmd_dimensionwise
+from ppl_vae.infer.mean_field import MeanFieldELBO
+from ppl_vae.infer.terms import Term, TermSites, check_site_name, diagonal_normal_parameters
+
+__all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
+
+
+DIVERGENCES = ("mmd", "inclusive_kl")
+
+
+def _prior_draws(prior: dist.Distribution) -> torch.Tensor:
+    """One draw of the model's prior site per data point ``(B, D)``, reparameterised when the
+    prior allows it, so that the divergence's gradient reaches learned prior parameters."""
+    z = prior.rsample() if prior.has_rsample else prior.sample()
+    return z.reshape(-1, z.shape[-1])
+
+
+class AggregateDivergence(Term):
+    r""":math:`D(q(z), p(z))` between the aggregate posterior and the prior of a latent site
+    (Mathieu et al. 2019, Eq. 7). Per training step, with ``z_n ~ q(z|x_n)`` the guide's sample
+    and ``z'_n ~ p(z)`` one prior draw per point:
+
+    - ``divergence="mmd"``: :func:`~ppl_vae.infer.mmd_dimensionwise` between ``{z_n}`` and
+      ``{z'_n}`` (Eq. 10).
+    - ``divergence="inclusive_kl"``: KL(p(z) || q(z)) estimated as
+      ``mean_n [log p(z'_n) - log q(z'_n)]``, ``log q`` the density of the aggregate encoding
+      (:func:`~ppl_vae.infer.aggregate_log_density`) of the minibatch, or, when the objective is
+      called with the keyword argument ``aggregate_data`` (:meth:`inputs`), of that whole data
+      set encoded by the guide in chunks (App. B; :func:`aggregate_encodings`)::
+
+          elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
+          svi.step(x=X[batch], aggregate_data={"x": X})  # ppl_vae.fit(..., elbo_arguments=...)
+
+    Under data parallelism the MMD compares the gathered samples of every process and the
+    aggregate encoding gathers every process's q(z|x_n) (with ``aggregate_data`` each process
+    encodes the whole set). Gradients reach the encoder through ``z_n`` and q(z|x), learned prior
+    parameters through reparameterised prior draws; a prior without ``rsample`` (mixture,
+    sparse) gets the inclusive KL's gradient through a score-function term with a
+    leave-one-out baseline, and none from the MMD.
+
+    :param site: the latent site, a ``(B, D)`` vector in the data plate.
+    :param alpha: weight alpha.
+    :param divergence: ``"mmd"`` or ``"inclusive_kl"``.
+    :param length_scales: the MMD kernel's length scales.
+    :param chunk_size: encodings per block in the aggregate density and per guide call on
+        ``aggregate_data``.
+    :param name: the factor's name.
+    """
+
+    #: The keyword argument of the objective's call that holds the whole data set.
+    AGGREGATE_DATA = "aggregate_data"
+
+    def __init__(
+        self,
+        site: str,
+        alpha: float,
+        divergence: str = "mmd",
+        length_scales: Sequence[float] = DEFAULT_MMD_LENGTH_SCALES,
+        chunk_size: int = 4096,
+        name: str = "aggregate_divergence",
+    ) -> None:
+        super().__init__(name, alpha, "alpha")
+        if divergence not in DIVERGENCES:
+            raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        self.site = check_site_name(site, "site")
+        self.divergence = divergence
+        self.length_scales = tuple(float(s) for s in length_scales)
+        self.chunk_size = chunk_size
+
+    def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the latent site."""
+        return sites.num_points(self.site)
+
+    def inputs(self) -> tuple[str, ...]:
+        """``("aggregate_data",)``: keyword arguments of the guide for a whole data set, e.g.
+        ``{"x": X (N, ...)}`` (inclusive KL only), re-encoded with gradients on every call, chunk
+        by chunk under activation checkpointing (memory O(N D) plus one chunk's activations)."""
+        return (self.AGGREGATE_DATA,)
+
+    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(D(q(z), p(z)), {})``, the MMD or the inclusive KL."""
+        aggregate_data = sites.inputs.get(self.AGGREGATE_DATA)
+        if aggregate_data is not None and self.divergence != "inclusive_kl":
+            raise ValueError(f"aggregate_data is used by the inclusive KL only, got divergence={self.divergence!r}")
+        guide_site = sites.guide_site(self.site)
+        prior = sites.model_site(self.site)["fn"]
+        prior_z = _prior_draws(prior)
+        if self.divergence == "mmd":
+            posterior_z = guide_site["value"].reshape(-1, prior_z.shape[-1])
+            return mmd_dimensionwise(all_gather(posterior_z), all_gather(prior_z), self.length_scales), {}
+        prior_log_prob = prior.log_prob(prior_z.reshape(prior.shape())).reshape(-1)
+        if aggregate_data is None:
+            loc, scale = diagonal_normal_parameters(guide_site["fn"], self.site)
+            loc, scale = all_gather(loc.reshape(-1, loc.shape[-1])), all_gather(scale.reshape(-1, scale.shape[-1]))
+        else:
+            loc, scale = aggregate_encodings(sites.guide, aggregate_data, self.site, self.chunk_size, prior_z.device)
+        log_ratio = prior_log_prob - aggregate_log_density(prior_z, loc, scale, self.chunk_size)
+        estimate = log_ratio.mean()
+        if not prior.has_rsample and prior_log_prob.requires_grad:
+            detached = log_ratio.detach()
+            every_draw = all_gather(detached)
+            if every_draw.shape[0] > 1:
+                baseline = (every_draw.sum() - detached) / (every_draw.shape[0] - 1)
+                estimate = estimate + ((detached - baseline) * (prior_log_prob - prior_log_prob.detach())).mean()
+        return estimate, {}
+
+
+def aggregate_encodings(
+    guide: Callable, data: Mapping[str, torch.Tensor], site: str, chunk_size: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(N, D)`` means and scales of q(z | x_j) of the guide's ``site`` over a whole data set.
+
+    The guide runs on ``data`` (its keyword arguments, tensors ``(N, ...)``) in chunks of
+    ``chunk_size`` rows, blocked so that the calls leave no trace, each chunk moved to
+    ``device`` (bool and uint8 storage converted to floats exactly as the training batches
+    are: uint8 divided by 255) and, when gradients are on,
+    run under activation checkpointing (its activations recomputed, with the same random
+    state, in backward).
+
+    :raises ValueError: when ``data`` is not a non-empty mapping of tensors with the same
+        number of rows.
+    """
+    if not isinstance(data, Mapping) or not data or not all(isinstance(v, torch.Tensor) for v in data.values()):
+        raise ValueError(f"aggregate_data must map the guide's argument names to tensors (N, ...), got {data!r}")
+    keys = list(data)
+    size = data[keys[0]].shape[0]
+    if any(data[key].shape[0] != size for key in keys):
+        raise ValueError(f"aggregate_data's tensors must have the same number of rows, got {[tuple(data[k].shape) for k in keys]}")
+
+    def encode(*chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with poutine.block():
+            node = poutine.trace(guide).get_trace(**dict(zip(keys, chunk, strict=True))).nodes[site]
+        loc, scale = diagonal_normal_parameters(node["fn"], site)
+        return loc.reshape(-1, loc.shape[-1]), scale.reshape(-1, scale.shape[-1])
+
+    locs, scales = [], []
+    for start in range(0, size, chunk_size):
+        chunk = [stored_as_float(data[key][start : start + chunk_size].to(device)) for key in keys]
+        if torch.is_grad_enabled():
+            loc, scale = checkpoint(encode, *chunk, use_reentrant=False)
+        else:
+            loc, scale = encode(*chunk)
+        locs.append(loc)
+        scales.append(scale)
+    return torch.cat(locs), torch.cat(scales)
 
 
 class DecompositionELBO(MeanFieldELBO):
     r"""The beta-ELBO plus ``- alpha * D(q(z), p(z))`` (Mathieu et al. 2019, Eq. 7): a
     :class:`~ppl_vae.infer.MeanFieldELBO` with ``beta`` and one
-    :class:`~ppl_vae.infer.terms.AggregateDivergence` term on the latent site.
+    :class:`AggregateDivergence` term on the latent site.
 
     Works with any model/guide pair whose latent site ``latent`` is a ``(B, D)`` vector inside
     the data plate (:class:`~ppl_vae.models.decomposition.DecompositionVAE`,
-    :class:`~ppl_vae.models.vae.VAE`). See :class:`~ppl_vae.infer.terms.AggregateDivergence` for
+    :class:`~ppl_vae.models.vae.VAE`). See :class:`AggregateDivergence` for
     the MMD and the inclusive KL, their estimators, gradients and data parallelism.
 
     Logged per data point (:attr:`logged`): ``reconstruction`` = ``-E_q log p(x|z)``, ``kl`` =

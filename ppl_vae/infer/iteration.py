@@ -66,7 +66,7 @@ class TrainingIteration:
         fits here).
     :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
         batch, e.g. ``{"aggregate_data": {"x": X}}``, the whole data set of an
-        :class:`~ppl_vae.infer.terms.AggregateDivergence`.
+        :class:`~ppl_vae.infer.decomposition.AggregateDivergence`.
     :param backward: ``loss -> None``, how a loss is backpropagated (default
         ``loss.backward()``; the engine passes Lightning's ``manual_backward``).
 

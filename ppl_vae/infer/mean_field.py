@@ -131,7 +131,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     ``loss_and_grads``, :meth:`traces`: a plain SVI loop), :attr:`logged` holds the same values.
 
     Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
-    ``aggregate_data`` of :class:`~ppl_vae.infer.terms.AggregateDivergence`) go to the terms,
+    ``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms,
     not to the model and guide.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::

@@ -12,7 +12,8 @@ Per data point, averaged over the minibatch as in the authors' code, the loss to
         + \gamma_{BC} \sum_i \sum_{j<k} \max(BC(p(u_i|c_i{=}j), p(u_i|c_i{=}k)) - \delta, 0)
 
 with :math:`\hat q(c_i) = \frac{1}{B}\sum_n q(c_i|x_n)` the minibatch aggregate. Each
-penalty is a term of :mod:`ppl_vae.infer.terms` (a named ``pyro.factor`` site): the capacity
+penalty is a term (a named ``pyro.factor`` site; the class terms are defined here, the
+capacity of z is :class:`~ppl_vae.infer.terms.Capacity`): the capacity
 terms replace the KLs of z and u, the entropy and aggregate terms the KL of c (the ELBO's
 term A, Eq. 3), so those KLs never appear as such.
 Separately, on labelled batches, :meth:`PartedELBO.auxiliary_steps` declares the
@@ -21,27 +22,228 @@ produce q(c|x).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 
+import pyro.distributions as dist
 import torch
 from torch import nn
+from torch.distributions import kl_divergence
 from torch.nn import functional as F
 
+from ppl_vae.distributions import bhattacharyya_coefficient
+from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.schedules import LinearCapacity
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
-from ppl_vae.infer.terms import (
-    AggregateClassKL,
-    BhattacharyyaPenalty,
-    Capacity,
-    ClassCapacity,
-    ClassEntropy,
-    Term,
-    check_weight,
-)
+from ppl_vae.infer.terms import Capacity, ClassVariable, Term, TermSites, check_weight, diagonal_normal_parameters
 
-__all__ = ["PartedELBO", "classification_loss"]
+__all__ = [
+    "AggregateClassKL",
+    "BhattacharyyaPenalty",
+    "ClassCapacity",
+    "ClassEntropy",
+    "ClassTerm",
+    "PartedELBO",
+    "classification_loss",
+]
+
+
+class ClassTerm(Term):
+    """A term over categorical latents and their class-conditional latents.
+
+    :param name: the factor's name.
+    :param weight: its weight.
+    :param variables: the :class:`ClassVariable` s; ``None`` takes the model's own
+        (``module.class_variables()``, as :class:`~ppl_vae.models.PartedVAE` declares them).
+    """
+
+    def __init__(self, name: str, weight: float, variables: Sequence[ClassVariable] | None = None) -> None:
+        super().__init__(name, weight, "gamma")
+        if variables is not None:
+            variables = tuple(ClassVariable(*variable) for variable in variables)
+            if not variables:
+                raise ValueError("variables must hold at least one ClassVariable, or be None")
+        self.variables = variables
+
+    def class_variables(self, module: nn.Module | None) -> tuple[ClassVariable, ...]:
+        """The variables given, or those ``module.class_variables()`` declares."""
+        if self.variables is not None:
+            return self.variables
+        declare = getattr(module, "class_variables", None)
+        if declare is None:
+            raise ValueError(
+                f"term {self.name!r} needs its class variables: pass variables=[ClassVariable(class_site, "
+                "site, priors)], or train a model that declares class_variables() (PartedVAE)"
+            )
+        return tuple(declare())
+
+    def num_points(self, sites: TermSites) -> torch.Tensor | float:
+        """N of the first variable's u site."""
+        return sites.num_points(self.class_variables(sites.module)[0].site)
+
+    @staticmethod
+    def class_priors(variable: ClassVariable, module: nn.Module | None) -> dist.Normal:
+        """The ``(L,)`` class priors of ``variable`` as one batched Normal (event dimension last)."""
+        if module is None:
+            raise ValueError(f"class priors {variable.priors!r} are read from the model's module; the model is not a module method")
+        loc, scale = diagonal_normal_parameters(module.get_submodule(variable.priors)(), variable.priors)
+        return dist.Normal(loc, scale)
+
+    @staticmethod
+    def class_probabilities(variable: ClassVariable, sites: TermSites) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(q, log_q)`` of q(c | x), ``(B, L)``: from the guide's logits; the one-hot labels and
+        ``None`` when c is observed in the model and absent from the guide."""
+        if variable.class_site in sites.guide_trace.nodes:
+            log_q = sites.guide_site(variable.class_site)["fn"].logits.log_softmax(-1)
+            return log_q.exp(), log_q
+        return sites.model_site(variable.class_site)["value"], None
+
+
+class ClassCapacity(ClassTerm):
+    r""":math:`|\sum_i \sum_k q(c_i{=}k|x)\, KL(q(u_i|c_i,x) \| p(u_i|c_i{=}k)) - C(t)|`
+    (PartedVAE Eq. 6), replacing the KLs of every u_i.
+
+    The expectation over q(c_i|x) is taken in closed form from the guide's logits (with labels,
+    q is their one-hot code); the sum over k and i, then the minibatch (global-batch) average.
+    Logs ``<name>/kl`` and ``<name>/target``.
+
+    :param gamma: weight gamma_u.
+    :param capacity: C_u(t).
+    :param variables: see :class:`ClassTerm`.
+    :param name: the factor's name.
+    """
+
+    def __init__(
+        self,
+        gamma: float,
+        capacity: LinearSchedule,
+        variables: Sequence[ClassVariable] | None = None,
+        name: str = "capacity_u",
+    ) -> None:
+        super().__init__(name, gamma, variables)
+        if not isinstance(capacity, LinearSchedule):
+            raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
+        self.capacity = capacity
+
+    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every u_i, whose KLs this term replaces."""
+        return tuple(variable.site for variable in self.class_variables(module))
+
+    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(|KL_u - C(t)|, {"kl": KL_u, "target": C(t)})``."""
+        kl = 0.0
+        for variable in self.class_variables(sites.module):
+            q, _ = self.class_probabilities(variable, sites)
+            priors = self.class_priors(variable, sites.module)
+            loc, scale = diagonal_normal_parameters(sites.guide_site(variable.site)["fn"], variable.site)
+            kl_to_classes = kl_divergence(
+                dist.Normal(loc.unsqueeze(-2), scale.unsqueeze(-2)).to_event(1), priors.to_event(1)
+            )
+            kl = kl + all_gather((q * kl_to_classes).sum(-1)).mean()
+        target = kl.new_tensor(self.capacity())
+        return (kl - target).abs(), {"kl": kl, "target": target}
+
+
+class ClassEntropy(ClassTerm):
+    r""":math:`\sum_i H(q(c_i|x))`, the minibatch average of the entropy of each q(c_i|x)
+    (PartedVAE Eq. 6; with :class:`AggregateClassKL` it replaces the KL of c, whose relaxed
+    samples are never scored). Zero for a variable given by labels.
+
+    :param gamma: weight gamma_H.
+    :param variables: see :class:`ClassTerm`.
+    :param name: the factor's name.
+    """
+
+    def __init__(self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "entropy") -> None:
+        super().__init__(name, gamma, variables)
+
+    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every c_i, whose KL the entropy and aggregate terms replace."""
+        return tuple(variable.class_site for variable in self.class_variables(module))
+
+    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(sum_i mean_n H(q(c_i|x_n)), {})``."""
+        variables = self.class_variables(sites.module)
+        entropy = sites.model_site(variables[0].site)["value"].new_zeros(())
+        for variable in variables:
+            q, log_q = self.class_probabilities(variable, sites)
+            if log_q is not None:
+                entropy = entropy - (q * log_q).sum(-1).mean()
+        return entropy, {}
+
+
+class AggregateClassKL(ClassTerm):
+    r""":math:`\sum_i KL(\hat q(c_i) \| p(c_i))` with :math:`\hat q(c_i) = \frac{1}{B}\sum_n q(c_i|x_n)`
+    over the (global) minibatch, p(c_i) the model's categorical (PartedVAE Eq. 6). Zero for a
+    variable given by labels; replaces the KL of c with :class:`ClassEntropy`.
+
+    :param gamma: weight gamma_c.
+    :param variables: see :class:`ClassTerm`.
+    :param name: the factor's name.
+    """
+
+    def __init__(self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "aggregate_kl") -> None:
+        super().__init__(name, gamma, variables)
+
+    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every c_i, whose KL the entropy and aggregate terms replace."""
+        return tuple(variable.class_site for variable in self.class_variables(module))
+
+    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(sum_i KL(qhat(c_i) || p(c_i)), {})``."""
+        variables = self.class_variables(sites.module)
+        total = sites.model_site(variables[0].site)["value"].new_zeros(())
+        for variable in variables:
+            _, log_q = self.class_probabilities(variable, sites)
+            if log_q is None:
+                continue
+            log_p = sites.model_site(variable.class_site)["fn"].logits.log_softmax(-1)
+            total = total + self.aggregate_kl(all_gather(log_q), all_gather(log_p))
+        return total, {}
+
+    @staticmethod
+    def aggregate_kl(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
+        r"""KL(qhat || pbar) with ``log qhat = logsumexp_n log q(c|x_n) - log B`` from ``(B, L)``
+        log-probabilities (p averaged the same way; it is the same for every point)."""
+        log_batch = math.log(log_q.shape[0])
+        log_q_hat = torch.logsumexp(log_q, dim=0) - log_batch
+        log_p_bar = torch.logsumexp(log_p, dim=0) - log_batch
+        return (log_q_hat.exp() * (log_q_hat - log_p_bar)).sum()
+
+
+class BhattacharyyaPenalty(ClassTerm):
+    r""":math:`\sum_i \sum_{j<k} \max(BC(p(u_i|c_i{=}j), p(u_i|c_i{=}k)) - \delta, 0)`, the hinge
+    on the Bhattacharyya coefficient between every pair of class priors (PartedVAE Eq. 6).
+
+    :param gamma: weight gamma_BC.
+    :param delta: the threshold in [0, 1].
+    :param variables: see :class:`ClassTerm`.
+    :param name: the factor's name.
+    """
+
+    def __init__(
+        self, gamma: float, delta: float = 0.1, variables: Sequence[ClassVariable] | None = None, name: str = "bhattacharyya"
+    ) -> None:
+        super().__init__(name, gamma, variables)
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 <= delta <= 1.0:
+            raise ValueError(f"delta must be a number in [0, 1], got {delta!r}")
+        self.delta = float(delta)
+
+    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(sum_i sum_{j<k} max(BC_jk - delta, 0), {})`` over the class priors."""
+        total = 0.0
+        for variable in self.class_variables(sites.module):
+            priors = self.class_priors(variable, sites.module)
+            loc, scale = priors.loc, priors.scale
+            coefficients = bhattacharyya_coefficient(
+                dist.Normal(loc.unsqueeze(1), scale.unsqueeze(1)).to_event(1),
+                dist.Normal(loc.unsqueeze(0), scale.unsqueeze(0)).to_event(1),
+            )
+            rows, columns = torch.triu_indices(loc.shape[0], loc.shape[0], offset=1, device=loc.device)
+            total = total + (coefficients[rows, columns] - self.delta).clamp_min(0.0).sum()
+        return total, {}
 
 
 def classification_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -59,16 +261,16 @@ def classification_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> t
 
 class PartedELBO(MeanFieldELBO):
     r"""PartedVAE's objective (module docstring; paper Eq. 6): the reconstruction plus five
-    terms of :mod:`ppl_vae.infer.terms`, each a ``pyro.factor`` site named as logged:
+    terms, each a ``pyro.factor`` site named as logged:
 
     ==================  ======================================================  ============
     site                term                                                    replaces
     ==================  ======================================================  ============
     ``capacity_z``      :class:`~ppl_vae.infer.terms.Capacity` of ``"z"``        KL of z
-    ``capacity_u``      :class:`~ppl_vae.infer.terms.ClassCapacity`             KLs of u_i
-    ``entropy``         :class:`~ppl_vae.infer.terms.ClassEntropy`              KLs of c_i
-    ``aggregate_kl``    :class:`~ppl_vae.infer.terms.AggregateClassKL`          KLs of c_i
-    ``bhattacharyya``   :class:`~ppl_vae.infer.terms.BhattacharyyaPenalty`
+    ``capacity_u``      :class:`ClassCapacity`                                  KLs of u_i
+    ``entropy``         :class:`ClassEntropy`                                   KLs of c_i
+    ``aggregate_kl``    :class:`AggregateClassKL`                               KLs of c_i
+    ``bhattacharyya``   :class:`BhattacharyyaPenalty`
     ==================  ======================================================  ============
 
     The class terms read the model's ``class_variables()`` (:class:`~ppl_vae.models.PartedVAE`

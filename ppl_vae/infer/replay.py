@@ -30,7 +30,7 @@ detect changing: components that hold a training-step schedule
 (:func:`~ppl_vae.infer.schedules.holds_schedule`: PartedVAE's capacities and attention
 sharpness), Pyro validation (its checks read each step's values), autocast, data parallelism
 (the batch-level terms' collectives), and arguments other than tensors (the whole-data
-``aggregate_data`` of :class:`~ppl_vae.infer.terms.AggregateDivergence`, encoded under
+``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`, encoded under
 activation checkpointing, which a recording would unroll). After changing a setting of the model or the objective
 between steps, call :meth:`ReplayedLoss.clear`.
 """

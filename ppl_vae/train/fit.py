@@ -301,7 +301,7 @@ def fit(
         unpickling can run any code the file holds.
     :param elbo_arguments: keyword arguments of the objective on every ELBO step besides the
         batch, e.g. ``{"aggregate_data": {"x": X}}``: the whole data set whose encodings form
-        q(z) in :class:`~ppl_vae.infer.terms.AggregateDivergence`'s inclusive KL. Their tensors
+        q(z) in :class:`~ppl_vae.infer.decomposition.AggregateDivergence`'s inclusive KL. Their tensors
         are moved to the training device once.
 
     Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see

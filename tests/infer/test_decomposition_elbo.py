@@ -196,7 +196,7 @@ def test_whole_data_set_aggregate_reaches_the_encoder_through_points_outside_the
 def test_checkpointed_chunks_give_the_gradients_of_encoding_everything_at_once(monkeypatch):
     """Activation checkpointing of the aggregate's chunks bounds memory without changing
     the loss or any gradient (the recomputation replays the same random state)."""
-    import ppl_vae.infer.terms as terms
+    import ppl_vae.infer.decomposition as decomposition
 
     model = decomposition_vae(StudentTPrior(2, df=3.0))
     elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl", chunk_size=5)
@@ -207,7 +207,7 @@ def test_checkpointed_chunks_give_the_gradients_of_encoding_everything_at_once(m
         return loss.detach(), torch.autograd.grad(loss, params)
 
     checkpointed = loss_and_grads()
-    monkeypatch.setattr(terms, "checkpoint", lambda fn, *args, **kwargs: fn(*args))
+    monkeypatch.setattr(decomposition, "checkpoint", lambda fn, *args, **kwargs: fn(*args))
     plain = loss_and_grads()
     torch.testing.assert_close(checkpointed[0], plain[0])
     for ours, reference in zip(checkpointed[1], plain[1], strict=True):
