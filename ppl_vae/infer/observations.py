@@ -18,7 +18,7 @@ from pyro.poutine import Trace
 _REMEDIES = {
     "Boolean": (
         "binarise the data (e.g. MNIST(binarize='fixed'), or binarize='dynamic' for training), or choose "
-        "a likelihood for grey levels (likelihood='continuous_bernoulli' or 'gaussian')"
+        "a likelihood for grey levels (likelihood='gaussian' or 'laplace')"
     ),
 }
 
