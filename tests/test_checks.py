@@ -1,12 +1,13 @@
 """Posterior predictive checks: replicates come from the model, p-values behave."""
 import sys
 
+import numpy as np
 import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.checks import mean_intensity, per_class_mass, pixel_means, posterior_predictive_check
+from ppl_vae.checks import mean_intensity, mid_p_value, per_class_mass, pixel_means, posterior_predictive_check
 from ppl_vae.models import VAE
 from ppl_vae.nn import MLP, mlp_decoder
 from ppl_vae.viz import save_ppc_plot
@@ -27,7 +28,7 @@ def x():
 def test_fitted_model_passes_and_a_miscalibrated_noise_scale_fails(x):
     fitted = fit(gaussian_vae(0.3), TraceMeanField_ELBO(), {"x": x}, steps=300, batch_size=64, lr=1e-2, progress_bar=False).model
     result = posterior_predictive_check(fitted, {"x": x}, num_samples=30)
-    assert 0.02 < result.checks["x/mean_intensity"].summary()["p_value"] < 0.98
+    assert 0.02 < result.checks["x/point_means"].summary()["p_value"] < 0.98
     assert 0.02 < result.discrepancy_p_values["x"] < 0.98
     too_wide = gaussian_vae(5.0)
     too_wide.load_state_dict(fitted.state_dict())
@@ -67,9 +68,15 @@ def test_per_class_mass_names_its_elements_after_the_classes(x):
     assert result.checks["x/mass"].element_labels == ("class 3", "class 4", "class 5", "class 6")
 
 
-def test_p_value_is_the_upper_tail(x):
+def test_p_value_is_the_mid_p_upper_tail(x):
     check = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, {"m": mean_intensity}, num_samples=6).checks["x/m"]
-    assert check.p_value == pytest.approx((check.replicated >= check.observed).mean())
+    above, tied = (check.replicated > check.observed).mean(), (check.replicated == check.observed).mean()
+    assert check.p_value == pytest.approx(above + 0.5 * tied)
+
+
+def test_mid_p_value_counts_ties_half():
+    replicated = np.array([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 0.5]])
+    assert mid_p_value(replicated, np.array([0.0, 1.0])).tolist() == [0.5, 0.625]
 
 
 def test_inference_data_round_trip_through_arviz(x, tmp_path):
@@ -94,7 +101,7 @@ def test_inference_data_leaves_out_sites_whose_replicates_were_not_all_kept(x):
     pytest.importorskip("arviz")
     idata = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=4, keep_replicates=2).to_inference_data()
     assert "x" not in idata.posterior_predictive
-    assert "x.mean_intensity" in idata.posterior_predictive
+    assert "x.point_means" in idata.posterior_predictive
 
 
 def test_progress_bar_shows_on_a_terminal_only_and_when_asked(x, capsys, monkeypatch):

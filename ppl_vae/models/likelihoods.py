@@ -30,9 +30,11 @@ def likelihood(
 ) -> dist.TorchDistribution:
     """The distribution of x given the decoder's output ``decoded`` ``(batch, *event)``.
 
-    - ``"bernoulli"``: ``decoded`` are logits. Validation is off for this site so that
-      grey levels in [0, 1] are scored with the binary cross-entropy, as the papers'
-      code does for MNIST; samples are binary.
+    - ``"bernoulli"``: ``decoded`` are logits; the support is {0, 1}, and samples are
+      binary. :func:`ppl_vae.fit` and :func:`ppl_vae.checks.posterior_predictive_check`
+      refuse grey levels for it (:mod:`ppl_vae.infer.observations`): binarise them
+      (``MNIST(binarize="fixed")``, or ``fit(..., binarize=("x",))`` for a fresh draw per
+      batch) or choose a Gaussian or Laplace likelihood.
     - ``"gaussian"``: ``decoded`` is the mean, ``scale`` the fixed standard deviation
       (:class:`~ppl_vae.distributions.FixedScaleNormal`).
     - ``"laplace"``: ``decoded`` is the location, ``scale`` the fixed scale (the

@@ -62,6 +62,18 @@ def batch_size_of(data: torch.Tensor | None, batch_size: int | None, data_name: 
     return batch_size
 
 
+def one_draw_per_point(latent: torch.Tensor, site: str) -> torch.Tensor:
+    """``latent`` ``(B, D)``, refused when it carries a leading dimension of draws, as under
+    ``pyro.infer.Predictive(..., parallel=True)``: the library's networks take one batch of
+    points, so draw the samples one by one (``parallel=False``, Predictive's default)."""
+    if latent.dim() != 2:
+        raise ValueError(
+            f"site {site!r} has shape {tuple(latent.shape)}, not (batch, dim): the model draws one sample at a "
+            "time; use pyro.infer.Predictive(..., parallel=False)"
+        )
+    return latent
+
+
 def data_scale(batch_size: int, data_size: int | None) -> float:
     """The factor ``N / B`` that turns a minibatch sum into an estimate of the
     whole-data-set sum (1 when ``data_size`` is ``None``)."""
@@ -130,11 +142,19 @@ class VAE(PyroModule):
     @pyro_method
     def model(self, x: torch.Tensor | None = None, batch_size: int | None = None) -> torch.Tensor:
         """p(x, z) for ``x (B, *event)``; without ``x``, ``batch_size`` draws from the prior
-        predictive (``pyro.infer.Predictive(vae.model, num_samples=S)(batch_size=B)``).
-        Returns the decoded batch ``(B, *event)``."""
+        predictive. Returns the decoded batch ``(B, *event)``. With Pyro::
+
+            prior_draws = Predictive(vae.model, num_samples=S)(batch_size=B)["x"]      # (S, B, *event)
+            # posterior predictive: z from the guide on x, x unobserved (x=None) in the model
+            z = Predictive(vae.guide, num_samples=S)(x)["z"]                           # (S, B, D)
+            replicates = Predictive(vae.model, posterior_samples={"z": z})(batch_size=B)["x"]
+
+        ``Predictive(vae.model, guide=vae.guide, ...)(x)["x"]`` returns x itself (Pyro returns
+        observed values), and ``parallel=True`` is refused: the networks take one batch of
+        points at a time."""
         batch = batch_size_of(x, batch_size)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
-            z = pyro.sample("z", self.prior().expand([batch]))
+            z = one_draw_per_point(pyro.sample("z", self.prior().expand([batch])), "z")
             decoded = self.decoder(z)
             pyro.sample(
                 "x",

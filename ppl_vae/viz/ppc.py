@@ -41,8 +41,10 @@ def _elementwise_panel(ax: Axes, name: str, check: StatisticCheck) -> None:
     ax.scatter(positions + jitter, (replicated - mean) / std, s=8, color="tab:blue", alpha=0.6, label="replicates")
     ax.scatter(positions, (observed - mean) / std, marker="D", s=40, color="tab:red", label="data", zorder=3)
     labels = check.element_labels or [str(k) for k in positions]
-    ax.set_xticks(positions, [f"{label}\np={p:.2f}" for label, p in zip(labels, check.p_value.reshape(-1), strict=True)],
-                  fontsize=7)
+    crowded = observed.size > 6  # side by side, ten class names and p-values run together
+    ax.set_xticks(positions, [f"{label}{' ' if crowded else chr(10)}p={p:.2f}"
+                              for label, p in zip(labels, check.p_value.reshape(-1), strict=True)],
+                  fontsize=7, rotation=90 if crowded else 0)
     ax.set_ylabel("(T - mean T(x_rep)) / std T(x_rep)", fontsize=8)
     ax.set_title(f"{name}\nshaded: within 2 std of the replicates", fontsize=9)
     ax.legend(fontsize=7)

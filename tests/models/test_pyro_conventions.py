@@ -129,3 +129,14 @@ def test_plain_svi_with_pyro_optim_updates_every_parameter_of_a_conv_model(build
     svi.step((torch.rand(8, 1, 28, 28) > 0.5).float())
     frozen = [name for name, p in model.named_parameters() if torch.equal(p, before[name]) and "class_priors" not in name]
     assert not frozen
+
+
+def test_vae_posterior_predictive_with_pyro_predictive_and_parallel_refused():
+    torch.manual_seed(0)
+    vae = VAE(MLP([6, 8], final_activation=torch.nn.ReLU()), mlp_decoder(2, [8], (6,)), 2)
+    x = (torch.rand(5, 6) > 0.5).float()
+    z = Predictive(vae.guide, num_samples=3)(x)["z"]
+    replicates = Predictive(vae.model, posterior_samples={"z": z})(batch_size=5)["x"]
+    assert replicates.shape == (3, 5, 6) and set(replicates.unique().tolist()) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match=r"parallel=False"):
+        Predictive(vae.model, guide=vae.guide, num_samples=3, parallel=True)(x)

@@ -255,7 +255,7 @@ def test_unpaired_data_groups_reach_the_model_by_name():
 
     data = {"target": torch.randn(100, 1), "background": torch.randn(30, 1)}
     fit(TwoGroupModel(), Trace_ELBO(), data, steps=3, batch_size=16, progress_bar=False)
-    assert seen == [(16, 16)] * 3
+    assert seen == [(16, 16)] * (1 + 3)  # the first batch, traced once before training, then 3 steps
 
 
 def test_bad_training_input_names_the_argument(data):
