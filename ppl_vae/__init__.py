@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from ppl_vae._version import __version__
+
 __all__ = ["FitResult", "LoadedRun", "TrainConfig", "__version__", "fit", "load_run"]
 
 

@@ -162,7 +162,10 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     run_dir = _existing_run_dir(args.run_dir)
-    figures = _engine(args).evaluate_run(run_dir, RECIPES)
+    _engine(args)
+    from ppl_vae.runs import evaluate_run
+
+    figures = evaluate_run(run_dir, RECIPES)
     _print_figures(figures, run_dir)
     return 0
 

@@ -130,3 +130,19 @@ def load_run(
     _load_weights(model, run.last_checkpoint)
     model.to(device).eval()
     return LoadedRun(model, config, run_dir, settings, name, objective, data, experiment)
+
+
+def evaluate_run(run_dir: str | os.PathLike, recipes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Re-evaluate a finished recipe run (``ppl-vae evaluate``): rebuild it with its data, load
+    ``last.ckpt``, write metrics and pictures. Trains nothing.
+
+    :param run_dir: the run directory.
+    :param recipes: recipes by name (default :data:`ppl_vae.recipes.RECIPES`).
+    :returns: the figures the recipe's evaluation returns.
+    """
+    from ppl_vae.recipes.base import evaluate_and_save
+    from ppl_vae.train import RunDirectory
+
+    loaded = load_run(run_dir, with_data=True, recipes=recipes)
+    run = RunDirectory(run_dir, resume=True)
+    return evaluate_and_save(loaded.experiment, loaded.model, run, history=None, seed=loaded.config.train.seed)

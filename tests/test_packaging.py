@@ -20,7 +20,8 @@ def test_version_is_written_only_in_the_package():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in pyproject["project"]
     assert "version" in pyproject["project"]["dynamic"]
-    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "ppl_vae.__version__"}
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "ppl_vae._version.__version__"}
+    assert ppl_vae.__version__ == ppl_vae._version.__version__
 
 
 def test_metadata_states_the_mit_license():

@@ -18,7 +18,8 @@ from ppl_vae.infer.parted import (
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step, training_step
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
-from ppl_vae.infer.terms import Capacity, ClassVariable, Term, TermSites
+from ppl_vae.infer.terms import Capacity, Term, TermSites
+from ppl_vae.models.variables import ClassVariable
 
 __all__ = [
     "AggregateClassKL",

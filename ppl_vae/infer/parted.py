@@ -37,7 +37,8 @@ from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
-from ppl_vae.infer.terms import Capacity, ClassVariable, Term, TermSites, check_weight, diagonal_normal_parameters
+from ppl_vae.infer.terms import Capacity, Term, TermSites, check_weight, diagonal_normal_parameters
+from ppl_vae.models.variables import ClassVariable
 
 __all__ = [
     "AggregateClassKL",

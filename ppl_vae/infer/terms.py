@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import pyro.distributions as dist
 import torch
@@ -56,7 +56,7 @@ from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
 
-__all__ = ["Capacity", "ClassVariable", "Term", "TermSites"]
+__all__ = ["Capacity", "Term", "TermSites"]
 
 
 def check_weight(value: float, name: str) -> float:
@@ -219,19 +219,3 @@ class Capacity(Term):
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
         """The latent site, whose KL this term replaces."""
         return (self.site,)
-
-
-class ClassVariable(NamedTuple):
-    """A categorical latent c and its class-conditional latent u.
-
-    :param class_site: the site of c (one-hot; relaxed in the guide, observed given labels).
-    :param site: the site of u (a diagonal Normal in the guide).
-    :param priors: the path of the model's submodule (``module.get_submodule(priors)``) whose
-        call with no arguments returns the L class priors p(u | c = k), a Normal with batch
-        shape ``(L,)`` and event shape ``(D,)``
-        (:class:`~ppl_vae.distributions.ClassConditionalGaussianPrior`).
-    """
-
-    class_site: str
-    site: str
-    priors: str

@@ -42,9 +42,9 @@ from torch.nn import functional as F
 
 from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
-from ppl_vae.infer.terms import ClassVariable
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, unique_pyro_name
+from ppl_vae.models.variables import ClassVariable
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
 from ppl_vae.nn.attention import AttentionGate
 

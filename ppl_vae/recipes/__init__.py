@@ -1,8 +1,8 @@
 """The models ``ppl-vae train MODEL`` knows, by name.
 
 :data:`RECIPES`, the configs and the settings functions import nothing heavy; building,
-training and evaluating (:func:`train_recipe`, :func:`evaluate_run`) load torch, Pyro and
-Lightning on first use. A finished run is reloaded with :func:`ppl_vae.load_run`.
+training (:func:`train_recipe`) loads torch, Pyro and Lightning on first use. A finished run
+is reloaded with :func:`ppl_vae.load_run` and re-evaluated with :func:`ppl_vae.runs.evaluate_run`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import SettingError, config_from_dict, config_to_dict, with_overrides
 
-_BASE = ("Experiment", "evaluate_run", "train_recipe")
+_BASE = ("Experiment", "train_recipe")
 
 
 def __getattr__(name: str) -> Any:
@@ -29,7 +29,6 @@ __all__ = [
     "SettingError",
     "config_from_dict",
     "config_to_dict",
-    "evaluate_run",
     "train_recipe",
     "with_overrides",
 ]

@@ -21,7 +21,6 @@ from torch import nn
 
 from ppl_vae.recipes.registry import Recipe
 from ppl_vae.recipes.settings import config_to_dict
-from ppl_vae.runs import load_run
 from ppl_vae.train import RunDirectory, TrainConfig, fit
 from ppl_vae.viz import save_training_curves
 
@@ -78,10 +77,10 @@ def train_recipe(
         return {}
     if result.already_finished and result.run_dir.metrics_path.is_file():
         return json.loads(result.run_dir.metrics_path.read_text())  # a finished run resumed changes no file
-    return _evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
+    return evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
 
 
-def _evaluate_and_save(
+def evaluate_and_save(
     experiment: Experiment, model: nn.Module, run: RunDirectory, history, seed: int
 ) -> dict[str, Any]:
     """Evaluate with a fixed seed (Monte Carlo figures repeat exactly), draw the training
@@ -96,11 +95,3 @@ def _evaluate_and_save(
         figures = {"final_losses": {k: v for k, v in history[-1].items()}, **figures}
     run.write_metrics(figures)
     return figures
-
-
-def evaluate_run(run_dir: str | os.PathLike, recipes: Mapping[str, Recipe]) -> dict[str, Any]:
-    """Re-evaluate a finished run: rebuild it with its data, load ``last.ckpt``, write metrics
-    and pictures. Trains nothing."""
-    loaded = load_run(run_dir, with_data=True, recipes=recipes)
-    run = RunDirectory(run_dir, resume=True)
-    return _evaluate_and_save(loaded.experiment, loaded.model, run, history=None, seed=loaded.config.train.seed)

@@ -26,7 +26,6 @@ from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.nn import MLP, initialise, mlp_decoder
 from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.configs import CONTRASTIVE_DATASETS, ContrastiveConfig
-from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.contrastive import save_contrastive_pictures
@@ -138,5 +137,3 @@ def demo() -> ContrastiveConfig:
         train=TrainConfig(steps=600, batch_size=128, lr=1e-3, log_every_n_steps=50, checkpoint_every_n_steps=300)
     )
 
-
-RECIPE = RECIPES["contrastive"]

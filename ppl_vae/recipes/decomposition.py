@@ -40,7 +40,6 @@ from ppl_vae.recipes.common import (
     networks,
 )
 from ppl_vae.recipes.configs import PRIORS, DecompositionConfig
-from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
 from ppl_vae.viz import save_density_comparison
 
@@ -179,5 +178,3 @@ def demo() -> DecompositionConfig:
         train=TrainConfig(steps=300, batch_size=400, lr=3e-3, log_every_n_steps=50, checkpoint_every_n_steps=100)
     )
 
-
-RECIPE = RECIPES["decomposition"]

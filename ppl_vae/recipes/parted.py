@@ -24,7 +24,6 @@ from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import TrainingData, load_training_data
 from ppl_vae.recipes.configs import PartedConfig
-from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import LRPlateau, TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.parted import save_parted_pictures
@@ -244,5 +243,3 @@ def demo() -> PartedConfig:
         train=TrainConfig(steps=120, batch_size=32, lr=1e-3, log_every_n_steps=40, checkpoint_every_n_steps=120),
     )
 
-
-RECIPE = RECIPES["parted"]

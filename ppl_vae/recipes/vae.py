@@ -19,7 +19,6 @@ from ppl_vae.recipes.common import (
     networks,
 )
 from ppl_vae.recipes.configs import VAEConfig
-from ppl_vae.recipes.registry import RECIPES
 from ppl_vae.train import TrainConfig
 
 
@@ -75,5 +74,3 @@ def demo() -> VAEConfig:
         train=TrainConfig(steps=400, batch_size=64, lr=1e-3, log_every_n_steps=50, checkpoint_every_n_steps=100),
     )
 
-
-RECIPE = RECIPES["vae"]

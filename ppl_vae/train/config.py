@@ -191,11 +191,6 @@ class TrainConfig:
             if named:
                 raise ValueError(f"replay_loss=True cannot be combined with {', '.join(named)}")
 
-    def single_process(self) -> TrainConfig:
-        """A copy for one process on one device (e.g. a baseline fitted during evaluation,
-        which runs on rank 0 alone)."""
-        return dataclasses.replace(self, devices=1, num_nodes=1, strategy="auto")
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
         return dataclasses.asdict(self)

@@ -28,8 +28,8 @@ import lightning
 import pyro
 import torch
 
-import ppl_vae
 from ppl_vae._validation import boolean
+from ppl_vae._version import __version__
 
 
 class RunDirectoryExistsError(FileExistsError):
@@ -69,7 +69,7 @@ def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
 def versions() -> dict[str, str]:
     """Versions of the library and the packages that decide its numerics."""
     return {
-        "ppl_vae": ppl_vae.__version__,
+        "ppl_vae": __version__,
         "torch": torch.__version__,
         "pyro": pyro.__version__,
         "lightning": lightning.__version__,
