@@ -1,4 +1,6 @@
 """precision="bf16-mixed": networks in bfloat16, every distribution and loss term in float32."""
+import importlib
+
 import pyro
 import pytest
 import torch
@@ -89,8 +91,23 @@ def test_unknown_precision_is_refused_naming_the_choices():
         TrainConfig(precision="16-mixed")
 
 
-def test_bf16_on_a_cpu_without_bfloat16_instructions_warns(monkeypatch):
+def test_bf16_on_a_cpu_without_amx_warns(monkeypatch):
+    fit_module = importlib.import_module("ppl_vae.train.fit")
+
     model, objective, data = MODELS["decomposition"]()
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
-    with pytest.warns(UserWarning, match="emulated there and usually slower"):
+    monkeypatch.setattr(fit_module, "cpu_has_amx_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="CPU without AMX.*usually slower than precision='32-true'"):
         fit(model, objective, data, steps=1, batch_size=8, precision="bf16-mixed", progress_bar=False)
+
+
+def test_bf16_on_a_cpu_with_amx_does_not_warn(monkeypatch):
+    import warnings
+
+    fit_module = importlib.import_module("ppl_vae.train.fit")
+
+    model, objective, data = MODELS["decomposition"]()
+    monkeypatch.setattr(fit_module, "cpu_has_amx_bf16", lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(model, objective, data, steps=1, batch_size=8, precision="bf16-mixed", progress_bar=False)
+    assert not [w for w in caught if "bf16-mixed" in str(w.message)]
