@@ -52,7 +52,7 @@ from torch import nn
 from torch.distributions import kl_divergence
 
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
-from ppl_vae.infer.terms import Term, TermSites, check_weight
+from ppl_vae.infer.terms import Term, TermSites, check_weight, site_points
 
 __all__ = ["MeanFieldELBO", "scored_site"]
 
@@ -274,7 +274,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 log_prob_sum = scored_site(model_trace, name)["log_prob_sum"]
                 log_likelihood = log_likelihood + log_prob_sum
                 if name not in self._term_names:
-                    reconstruction = reconstruction - self._logged_value(log_prob_sum) / _points(site)
+                    reconstruction = reconstruction - self._logged_value(log_prob_sum) / site_points(site)
                 continue
             guide_site = guide_trace.nodes[name]
             if is_validation_enabled():
@@ -287,7 +287,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
                 kl = kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
             kl_total = kl_total + kl
-            counted_kl = (0.0 if counted_kl is None else counted_kl) + self._logged_value(kl) / _points(guide_site)
+            counted_kl = (0.0 if counted_kl is None else counted_kl) + self._logged_value(kl) / site_points(guide_site)
         for name, guide_site in guide_trace.nodes.items():
             if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
                 if is_validation_enabled():
@@ -341,8 +341,3 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         for term in self.terms:
             modules.update(term.auxiliary_modules())
         return modules
-
-
-def _points(site: dict[str, Any]) -> torch.Tensor | float:
-    """The points a site's minibatch stands for: its batch size times its scale."""
-    return site["fn"].batch_shape.numel() * site["scale"]

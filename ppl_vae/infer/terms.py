@@ -91,6 +91,12 @@ def _kl(guide_site: dict, model_site: dict) -> torch.Tensor:
         return guide_site["fn"].log_prob(value) - model_site["fn"].log_prob(value)
 
 
+def site_points(site: dict) -> torch.Tensor | float:
+    """The number of data points a site's minibatch stands for: its batch size times its scale
+    (the data plate's ``N / B``), i.e. B, or N when the model scales its plate."""
+    return site["fn"].batch_shape.numel() * site["scale"]
+
+
 @dataclass(frozen=True)
 class TermSites:
     """What a term reads for one particle.
@@ -128,10 +134,8 @@ class TermSites:
         return self.guide_trace.nodes[name]
 
     def num_points(self, name: str) -> torch.Tensor | float:
-        """N for the model site ``name``: its batch size times its scale (the data plate's
-        ``N / B``), the number of points its minibatch stands for."""
-        site = self.model_site(name)
-        return site["fn"].batch_shape.numel() * site["scale"]
+        """N for the model site ``name`` (:func:`site_points`)."""
+        return site_points(self.model_site(name))
 
 
 class Term:
