@@ -74,3 +74,16 @@ def test_a_module_without_all_offers_the_classes_and_functions_it_defines():
     assert "main" in names and "build_parser" in names
     assert not any(name.startswith("_") for name in names)
     assert "argparse" not in names  # an imported module is not part of the API
+
+
+def test_every_param_field_names_one_parameter():
+    """Sphinx renders ``:param a, b:`` as a parameter ``b`` of type ``a``: one name per field."""
+    import re
+
+    package = ROOT / "ppl_vae"
+    multi_name = re.compile(r"^\s*:param\s+\w+\s*,")
+    offending = [f"{path.relative_to(package.parent)}:{number}"
+                 for path in sorted(package.rglob("*.py"))
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if multi_name.match(line)]
+    assert offending == []

@@ -302,8 +302,9 @@ class PartedELBO(MeanFieldELBO):
         (no auxiliary step).
     :param classifier_lr: learning rate of that step (``None``: the engine's).
     :param extra_terms: further terms, e.g. ``[AggregateDivergence("z", alpha=100.0)]``.
-    :param num_particles, max_plate_nesting: as for :class:`~pyro.infer.Trace_ELBO`
-        (``max_plate_nesting=1``, the data plate, spares Pyro a trial run of the model).
+    :param num_particles: as for :class:`~pyro.infer.Trace_ELBO`.
+    :param max_plate_nesting: as for :class:`~pyro.infer.Trace_ELBO` (1, the data plate, spares
+        Pyro a trial run of the model).
 
     Differences from the authors' code: their classifier step reshuffles and copies the
     whole labelled set every iteration to draw one batch; here the labelled group is batched

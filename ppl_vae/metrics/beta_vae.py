@@ -63,7 +63,8 @@ def beta_vae_score(
 
     :param encode: as in :func:`~ppl_vae.metrics.mig`.
     :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
-    :param n_train, n_eval: points for fitting and for scoring the classifier.
+    :param n_train: points the classifier is fitted on.
+    :param n_eval: fresh points it is scored on.
     :param batch_size: images per batch of a point.
     :param seed: seeds the factor draws, the factor of each point and the classifier.
     :param encode_batch_size: images per ``encode`` call (the images of several points go in

@@ -87,7 +87,8 @@ def dci(
         times faster; random forests are one of the two models of the DCI paper). The two give different numbers: say which was used.
     :param encode: as in :func:`~ppl_vae.metrics.mig`.
     :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
-    :param n_train, n_test: images for fitting and for scoring the classifiers.
+    :param n_train: images the classifiers are fitted on.
+    :param n_test: images they are scored on.
     :param seed: seeds the factor draws and the classifiers.
     :param encode_batch_size: images per ``encode`` call.
     :param progress: show progress bars (encoding, then one fit per factor) on a terminal.

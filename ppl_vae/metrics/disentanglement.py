@@ -33,7 +33,8 @@ def factor_scores(
     :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
     :param votes: >= 2.
     :param seed: passed to both protocols.
-    :param encode_batch_size, progress: passed to both protocols.
+    :param encode_batch_size: images per ``encode`` call, passed to both protocols.
+    :param progress: progress bars, passed to both protocols.
     :returns: ``{"factor_score", "factor_score_parted"}``, floats.
     :raises ValueError: ``votes`` not an integer >= 2, and every error of
         :func:`~ppl_vae.metrics.factor_score`.
@@ -82,7 +83,8 @@ def disentanglement_scores(
     :param seed: passed to every metric.
     :param dci_model: see :func:`~ppl_vae.metrics.dci` (``"forest"`` by default here: the
         gradient-boosted trees take minutes per dSprites factor).
-    :param encode_batch_size, progress: passed to every metric.
+    :param encode_batch_size: images per ``encode`` call, passed to every metric.
+    :param progress: progress bars, passed to every metric.
     :returns: ``{"factor_score_parted", "mig", "sap", "dci_disentanglement",
         "dci_completeness", "dci_informativeness", "beta_vae"}``, floats.
     :raises ValueError: ``votes`` not an integer >= 2, and every error of the metrics.

@@ -82,9 +82,14 @@ def factor_score(
         most ``encode_batch_size`` images.
     :param dataset: see :class:`FactorDataset`. Factors with a single value (dSprites' color)
         are skipped: they never receive a vote.
-    :param n_train, n_eval, batch_size, n_variance, prune_threshold: used by the standard
-        protocol only (validated for both).
-    :param chunk_size, min_std, num_images: used by the parted protocol only.
+    :param n_train: standard protocol only (validated for both): votes the classifier is fitted on.
+    :param n_eval: standard protocol only: held-out votes it is scored on.
+    :param batch_size: standard protocol only: images per vote.
+    :param n_variance: standard protocol only: images of the global variance.
+    :param prune_threshold: standard protocol only: the smallest std of a dimension that can vote.
+    :param chunk_size: parted protocol only (validated for both): images per vote.
+    :param min_std: parted protocol only: the smallest std of a winning dimension.
+    :param num_images: parted protocol only: a random subset of this many images (``None``: all).
     :param seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
         the factor of each vote, and the parted protocol's image order and subset); same
         seed, same score for a deterministic ``encode``.

@@ -67,7 +67,8 @@ def sap_score(
 
     :param encode: as in :func:`~ppl_vae.metrics.mig`.
     :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
-    :param n_train, n_test: images for fitting and for scoring the classifiers.
+    :param n_train: images the classifiers are fitted on.
+    :param n_test: images they are scored on.
     :param seed: seeds the factor draws.
     :param encode_batch_size: images per ``encode`` call.
     :param progress: show progress bars (encoding, then the D x F fits) on a terminal.

@@ -113,7 +113,8 @@ class PartedConfig:
     :param u_dim: dimensions of the class-related latent u.
     :param hidden: width of the networks' hidden layers.
     :param temperature: temperature of the relaxed one-hot class variable c.
-    :param z_capacity, u_capacity: (C_min, C_max) of the capacity ramps.
+    :param z_capacity: (C_min, C_max) of the ramp of z's capacity.
+    :param u_capacity: (C_min, C_max) of the ramp of u's capacity.
     :param capacity_steps: T of both ramps; None shortens them to ``train.steps`` (the
         authors' T, 300,000 on dSprites, would leave C near 0 in a short run). A ramp much
         steeper than the authors' can be met without information: unsupervised on dSprites,

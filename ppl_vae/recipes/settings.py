@@ -260,8 +260,7 @@ def require(name: str, value: Any, holds: bool, expected: str) -> None:
 
 
 def param_docs(cls: type) -> dict[str, str]:
-    """First sentences of the ``:param name: text`` entries of ``cls``'s docstring, by name
-    (``:param a, b: text`` documents both)."""
+    """First sentences of the ``:param name: text`` entries of ``cls``'s docstring, by name."""
     docs: dict[str, str] = {}
     entries = re.split(r"^\s*:param\s+", cls.__doc__ or "", flags=re.MULTILINE)[1:]
     for entry in entries:
@@ -271,8 +270,7 @@ def param_docs(cls: type) -> dict[str, str]:
         text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
         if text.endswith(".") and not text.endswith("..."):
             text = text[:-1]
-        for name in names.split(","):
-            docs[name.strip()] = text
+        docs[names.strip()] = text
     return docs
 
 
