@@ -1,4 +1,4 @@
-"""``ppl-vae``: train, evaluate and demo the library's models from the shell.
+"""``ppl-vae``: train, evaluate and demo the library's models from the shell::
 
     ppl-vae train MODEL [--config FILE] [--set name=value ...] [--steps N] [--run-dir DIR]
     ppl-vae train MODEL --help            (every setting with its type, default and doc)
