@@ -171,6 +171,14 @@ def test_train_model_help_lists_every_setting_with_type_default_and_doc(capsys):
         assert line in lines
 
 
+
+def test_setting_docs_do_not_stop_at_e_g():
+    from ppl_vae.recipes.settings import param_docs
+    from ppl_vae.train import TrainConfig
+
+    assert param_docs(TrainConfig)["batch_sizes"] == 'per data-group batch sizes, e.g. {"labelled": 64}'
+
+
 def test_sweep_model_help_lists_the_settings_too(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "parted", "-h"])

@@ -266,7 +266,7 @@ def param_docs(cls: type) -> dict[str, str]:
     for entry in entries:
         names, _, text = entry.partition(":")
         text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-        text = re.split(r"\.\s+(?=[A-Z:`])", text, maxsplit=1)[0]
+        text = re.split(r"(?<!e\.g)(?<!i\.e)\.\s+(?=[A-Z:`])", text, maxsplit=1)[0]  # not after e.g. / i.e.
         text = re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
         if text.endswith(".") and not text.endswith("..."):
             text = text[:-1]
