@@ -50,9 +50,9 @@ import lightning as L
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "experiments" / "campaign.json"
 RESULTS = ROOT / "results"
-SCORINGS = ("dsprites",)
+SCORINGS = ("dsprites", "mnist-labels")
 MANIFEST_KEYS = {"name", "recipe", "seeds", "steps", "curve_every", "curve_votes", "votes", "scoring", "settings",
-                 "description"}
+                 "patience", "validation_images", "description"}
 
 
 def default_checkpoints() -> Path:
@@ -72,10 +72,11 @@ class Run:
     :param curve_every: iterations between the curve's evaluation points.
     :param curve_votes: Factor-score votes of each curve point.
     :param votes: votes of the final metrics (10,000: disentanglement_lib's standard size).
-    :param scoring: which final metrics: ``"dsprites"`` (both Factor-score protocols, MIG,
-        SAP, DCI, the beta-VAE metric, and the accuracy of q(c|x) on the shape for models
-        with a class variable).
+    :param scoring: the curve and the final metrics: ``"dsprites"`` (:class:`DSpritesScoring`)
+        or ``"mnist-labels"`` (:class:`MNISTLabelsScoring`).
     :param settings: the recipe's settings besides ``train.seed`` and ``train.steps``.
+    :param patience: ``"mnist-labels"``: curve points without improvement before the run stops.
+    :param validation_images: ``"mnist-labels"``: held-out images of the curve (the rest score).
     """
 
     experiment: str
@@ -87,6 +88,8 @@ class Run:
     votes: int
     scoring: str
     settings: Mapping[str, Any]
+    patience: int = 5
+    validation_images: int = 1000
 
     @property
     def name(self) -> str:
@@ -130,6 +133,7 @@ def read_manifest(path: Path) -> list[Run]:
                 experiment=entry["name"], recipe=entry["recipe"], seed=int(seed), steps=int(entry["steps"]),
                 curve_every=int(entry.get("curve_every", entry["steps"])), curve_votes=int(entry.get("curve_votes", 1000)),
                 votes=int(entry.get("votes", 10_000)), scoring=scoring, settings=dict(entry.get("settings", {})),
+                patience=int(entry.get("patience", 5)), validation_images=int(entry.get("validation_images", 1000)),
             ))
     return runs
 
@@ -218,29 +222,86 @@ class Deadline(L.Callback):
             raise BudgetSpent(f"the budget ended at iteration {module.iteration}")
 
 
-def dsprites_scores(model: Any, run: Run, source: Any, votes: int) -> dict[str, float]:
-    """The final figures of a dSprites run: the Factor score under the standard protocol
-    (``votes`` training and ``votes // 2`` evaluation votes, as disentanglement_lib's 10,000 /
-    5,000) and the parted one, MIG, SAP, DCI and the beta-VAE metric
-    (:func:`ppl_vae.metrics.disentanglement_scores` at ``votes``), and for a model with a
-    class variable the accuracy of q(c|x) on the shape factor of 10,000 fresh images (plain
-    accuracy and clustering accuracy)."""
-    import torch
+class DSpritesScoring:
+    """dSprites: the curve holds the Factor score under both protocols at ``curve_votes``
+    votes; the final figures are the Factor score under the standard protocol (``votes``
+    training and ``votes // 2`` evaluation votes, as disentanglement_lib's 10,000 / 5,000) and
+    the parted one, MIG, SAP, DCI and the beta-VAE metric
+    (:func:`ppl_vae.metrics.disentanglement_scores` at ``votes``), and for a model with a class
+    variable the accuracy of q(c|x) on the shape factor of 10,000 fresh images (plain accuracy
+    and clustering accuracy). The run is done at its last step."""
 
-    from ppl_vae.metrics import classification_accuracy, clustering_accuracy, disentanglement_scores, factor_score
+    def __init__(self, run: Run, config: Any) -> None:
+        from ppl_vae.data.dsprites import DSprites
 
-    scores = {"factor_score": factor_score(model.encode, source, n_train=votes, n_eval=max(votes // 2, 1),
-                                           n_variance=max(2 * votes, 1000), seed=run.seed, progress=False).score}
-    scores.update(disentanglement_scores(model.encode, source, votes=votes, seed=run.seed, progress=False))
-    if hasattr(model, "classify"):
-        generator = torch.Generator().manual_seed(run.seed + 20_000)
-        indices = torch.randint(len(source), (10_000,), generator=generator)
-        tensors = source.tensors(indices, dtype=torch.float32)
-        probs = torch.cat([model.classify(tensors["x"][i : i + 500])[0] for i in range(0, 10_000, 500)])
-        shape = tensors["factors"][:, 1]
-        scores["shape_accuracy"] = classification_accuracy(probs, shape)
-        scores["shape_clustering_accuracy"] = clustering_accuracy(probs, shape)
-    return {name: float(value) for name, value in scores.items()}
+        self.run, self.source = run, DSprites()
+
+    def curve(self) -> Any:
+        from ppl_vae.metrics import factor_scores
+        from ppl_vae.train import PeriodicEvaluation
+
+        run, source = self.run, self.source
+        return PeriodicEvaluation(
+            lambda model: factor_scores(model.encode, source, votes=run.curve_votes, seed=run.seed, progress=False),
+            every_n_steps=run.curve_every, evaluate_at_end=False,
+        )
+
+    def score(self, model: Any) -> dict[str, float]:
+        import torch
+
+        from ppl_vae.metrics import classification_accuracy, clustering_accuracy, disentanglement_scores, factor_score
+
+        run, source, votes = self.run, self.source, self.run.votes
+        scores = {"factor_score": factor_score(model.encode, source, n_train=votes, n_eval=max(votes // 2, 1),
+                                               n_variance=max(2 * votes, 1000), seed=run.seed, progress=False).score}
+        scores.update(disentanglement_scores(model.encode, source, votes=votes, seed=run.seed, progress=False))
+        if hasattr(model, "classify"):
+            generator = torch.Generator().manual_seed(run.seed + 20_000)
+            indices = torch.randint(len(source), (10_000,), generator=generator)
+            tensors = source.tensors(indices, dtype=torch.float32)
+            probs = torch.cat([model.classify(tensors["x"][i : i + 500])[0] for i in range(0, 10_000, 500)])
+            shape = tensors["factors"][:, 1]
+            scores["shape_accuracy"] = classification_accuracy(probs, shape)
+            scores["shape_clustering_accuracy"] = clustering_accuracy(probs, shape)
+        return {name: float(value) for name, value in scores.items()}
+
+
+class MNISTLabelsScoring:
+    """PartedVAE on MNIST against its labels alone (the paper's +12 points): the curve is the
+    accuracy of q(c|x) on ``validation_images`` held-out images every ``curve_every`` steps,
+    and the run stops once it has not improved for ``patience`` points (or at its steps); the
+    final figures are the accuracy, at the best curve point's weights, on the other held-out
+    images (``accuracy``), that of the same encoder and class head trained on the labels alone
+    to the same kind of plateau (``labels_alone_accuracy``,
+    :func:`ppl_vae.recipes.parted.train_classifier_alone`), their difference (``gap``) and the
+    best steps of both."""
+
+    def __init__(self, run: Run, config: Any) -> None:
+        from ppl_vae.recipes.parted import mnist_pools, split_held_out
+
+        self.run, self.config = run, config
+        self.pool, held_out = mnist_pools(config)
+        self.validation, self.test = split_held_out(held_out, run.validation_images, run.seed)
+
+    def curve(self) -> Any:
+        from ppl_vae.recipes.parted import held_out_accuracy
+        from ppl_vae.train import PeriodicEvaluation
+
+        validation = self.validation
+        return PeriodicEvaluation(lambda model: {"accuracy": held_out_accuracy(model, validation)},
+                                  every_n_steps=self.run.curve_every, monitor="accuracy", patience=self.run.patience,
+                                  evaluate_at_end=False)
+
+    def score(self, model: Any, labelled: Mapping[str, Any], best_step: int) -> dict[str, float]:
+        from ppl_vae.recipes.parted import held_out_accuracy, train_classifier_alone
+
+        accuracy = held_out_accuracy(model, self.test)
+        alone, trained = train_classifier_alone(self.config, tuple(self.pool.x.shape[1:]), labelled, self.validation,
+                                                self.run.curve_every, self.run.patience, self.run.steps)
+        alone_accuracy = held_out_accuracy(alone, self.test)
+        return {"accuracy": accuracy, "labels_alone_accuracy": alone_accuracy, "gap": accuracy - alone_accuracy,
+                "best_step": float(best_step), "labels_alone_best_step": float(trained["best_step"]),
+                "test_images": float(self.test.x.shape[0]), "training_pool": float(self.pool.x.shape[0])}
 
 
 def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, device: str) -> dict[str, Any]:
@@ -250,11 +311,9 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     import torch
 
     import ppl_vae
-    from ppl_vae.data.dsprites import DSprites
-    from ppl_vae.metrics import factor_scores
     from ppl_vae.recipes import RECIPES
     from ppl_vae.recipes.settings import config_to_dict
-    from ppl_vae.train import PeriodicEvaluation, read_checkpoint
+    from ppl_vae.train import read_checkpoint
 
     start = time.time()
     previous = read_record(run.record_path(results)) or {}
@@ -273,11 +332,8 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     recipe = RECIPES[run.recipe]
     pyro.set_rng_seed(run.seed)
     experiment = recipe.build(config)
-    source = DSprites()
-    curve = PeriodicEvaluation(
-        lambda model: factor_scores(model.encode, source, votes=run.curve_votes, seed=run.seed, progress=False),
-        every_n_steps=run.curve_every, evaluate_at_end=False,
-    )
+    scoring = DSpritesScoring(run, config) if run.scoring == "dsprites" else MNISTLabelsScoring(run, config)
+    curve = scoring.curve()
     try:
         result = ppl_vae.fit(
             experiment.model, experiment.objective, experiment.train_data, config.train, run_dir=run_dir,
@@ -291,12 +347,19 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
         model = None
     checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     steps = int(checkpoint["ppl_vae"]["iteration"])
-    history = next(state["history"] for key, state in checkpoint["callbacks"].items() if "PeriodicEvaluation" in key)
+    state = next(value for key, value in checkpoint["callbacks"].items() if "PeriodicEvaluation" in key)
+    history = state["history"]
+    done = steps == run.steps or state["stopped_at"] is not None
     metrics: dict[str, float] = {}
-    if steps == run.steps and time.time() < deadline:
+    if done and time.time() < deadline:
+        model.eval()
         with torch.no_grad():
-            metrics = dsprites_scores(model.eval(), run, source, run.votes)
-    elif steps == run.steps:
+            if isinstance(scoring, DSpritesScoring):
+                metrics = scoring.score(model)
+        if isinstance(scoring, MNISTLabelsScoring):
+            model.load_state_dict(state["best_weights"])  # the weights of the best curve point
+            metrics = scoring.score(model, experiment.train_data["labelled"], state["best"]["step"])
+    elif done:
         print(f"{run.name}: trained; the budget leaves no time to score it (the next invocation will)", flush=True)
     record = {
         "experiment": run.experiment,
@@ -304,6 +367,7 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
         "complete": bool(metrics),
         "steps": steps,
         "target_steps": run.steps,
+        "stopped_at": state["stopped_at"],
         "wall_seconds": round(previous.get("wall_seconds", 0.0) + time.time() - start, 1),
         "invocations": previous.get("invocations", 0) + 1,
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -356,7 +420,8 @@ def run_campaign(runs: Sequence[Run], args: argparse.Namespace) -> int:
             environment = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PPL_VAE_NUM_THREADS": "1",
                            "PYTHONUNBUFFERED": "1"}
             with open(log, "a", encoding="utf-8") as output:
-                running[run.name] = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment)
+                running[run.name] = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment,
+                                                     cwd=ROOT)  # relative paths of the manifest are the repository's
             print(f"campaign: {run.name} started (log {log})", flush=True)
         if not running:
             break

@@ -39,16 +39,16 @@ import torch
 
 import ppl_vae
 from ppl_vae.data.dsprites import NUM_IMAGES, DSprites
-from ppl_vae.infer.parted import classification_loss
-from ppl_vae.metrics import classification_accuracy, factor_scores
-from ppl_vae.recipes.common import TrainingData
+from ppl_vae.metrics import factor_scores
 from ppl_vae.recipes.parted import (
     PartedConfig,
     authors_settings,
     build,
-    build_model,
+    held_out_accuracy,
     mnist_config,
     save_parted_pictures,
+    split_held_out,
+    train_classifier_alone,
 )
 from ppl_vae.train import PeriodicEvaluation, TrainConfig
 
@@ -130,7 +130,7 @@ def mnist(args) -> dict:
     trained until the accuracy on held-out validation images has not improved for
     ``--patience`` evaluations (every ``--eval-every`` steps, at most ``--mnist-max-steps``),
     and scored at its best validation point on other held-out images."""
-    from ppl_vae.recipes.parted import _mnist_pools
+    from ppl_vae.recipes.parted import mnist_pools
 
     results = {}
     max_steps = args.mnist_max_steps or (100_000 if args.full else 40_000)
@@ -138,21 +138,22 @@ def mnist(args) -> dict:
         config = mnist_config(mnist_dir=args.mnist_dir, train=train_config(args, max_steps, 64, seed))
         config = authors_settings(config) if args.full else config
         config = dataclasses.replace(config, train=dataclasses.replace(config.train, lr=5e-4))
-        train_pool, evaluation = _mnist_pools(config)
-        validation, test = _split(evaluation, args.validation_images, seed)
+        train_pool, evaluation = mnist_pools(config)
+        validation, test = split_held_out(evaluation, args.validation_images, seed)
         start = time.time()
         experiment = build(config)
-        stop = PeriodicEvaluation(lambda model, images=validation: {"accuracy": _accuracy(model, images)},
+        stop = PeriodicEvaluation(lambda model, images=validation: {"accuracy": held_out_accuracy(model, images)},
                                   every_n_steps=args.eval_every, monitor="accuracy", patience=args.patience)
         trained = ppl_vae.fit(experiment.model, experiment.objective, experiment.train_data, config.train,
                               callbacks=[stop]).model
-        parted = {"accuracy": _accuracy(trained, test), "best_step": stop.best["step"],
+        parted = {"accuracy": held_out_accuracy(trained, test), "best_step": stop.best["step"],
                   "steps": stop.history[-1]["step"], "seconds": time.time() - start,
                   "validation_curve": stop.history}
         start = time.time()
-        alone = _train_classifier_alone(config, tuple(train_pool.x.shape[1:]), experiment.train_data["labelled"],
-                                        validation, args, seed, max_steps)
-        alone.update(accuracy=_accuracy(alone.pop("model"), test), seconds=time.time() - start)
+        alone_model, alone = train_classifier_alone(config, tuple(train_pool.x.shape[1:]),
+                                                    experiment.train_data["labelled"], validation,
+                                                    args.eval_every, args.patience, max_steps)
+        alone.update(accuracy=held_out_accuracy(alone_model, test), seconds=time.time() - start)
         results[f"seed {seed}"] = {
             "parted": parted, "labels_alone": alone, "train_pool": int(train_pool.x.shape[0]),
             "validation_images": int(validation.x.shape[0]), "test_images": int(test.x.shape[0]),
@@ -166,50 +167,6 @@ def mnist(args) -> dict:
         values = [r[name]["accuracy"] for r in runs]
         results[f"{name} accuracy"] = {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
     return results
-
-
-def _split(data, n: int, seed: int):
-    """(``n`` random images of ``data``, the rest), seeded."""
-    order = torch.randperm(data.x.shape[0], generator=torch.Generator().manual_seed(seed))
-    first, rest = order[:n], order[n:]
-    return TrainingData(data.x[first], data.labels[first]), TrainingData(data.x[rest], data.labels[rest])
-
-
-def _train_classifier_alone(config, image_shape, labelled, validation, args, seed, max_steps) -> dict:
-    """The PartedVAE's encoder and class head, trained by the cross-entropy on the labels
-    only, with the same plateau stop on the validation images; returns the best model."""
-    torch.manual_seed(seed)
-    model = build_model(config, image_shape, 10).to(args.device)
-    x, y = labelled["x"].to(args.device), labelled["y"].to(args.device)
-    optimiser = torch.optim.Adam(list(model.classifier_parameters()), lr=config.train.lr)
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    best, best_state, waited, curve = None, None, 0, []
-    for step in range(1, max_steps + 1):
-        model.train()
-        batch = torch.randint(x.shape[0], (min(64, x.shape[0]),), generator=generator).to(args.device)
-        optimiser.zero_grad()
-        classification_loss(model, x[batch], y[batch]).backward()
-        optimiser.step()
-        if step % args.eval_every == 0:
-            accuracy = _accuracy(model, validation)
-            curve.append({"step": step, "accuracy": accuracy})
-            if best is None or accuracy > best["accuracy"]:
-                best, waited = curve[-1], 0
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                waited += 1
-                if waited >= args.patience:
-                    break
-    model.load_state_dict(best_state)
-    return {"model": model.cpu(), "best_step": best["step"], "steps": curve[-1]["step"], "validation_curve": curve}
-
-
-@torch.no_grad()
-def _accuracy(model, evaluation) -> float:
-    model.eval()
-    device = next(model.parameters()).device
-    probs = torch.cat([model.classify(evaluation.x[i : i + 1000].to(device))[0].cpu() for i in range(0, evaluation.x.shape[0], 1000)])
-    return classification_accuracy(probs, evaluation.labels)
 
 
 def pictures(args) -> dict:

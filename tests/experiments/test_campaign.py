@@ -103,6 +103,32 @@ def test_a_run_whose_checkpoint_is_gone_restarts_with_a_message(tmp_path):
     assert record(tmp_path)["wall_seconds"] < 12.0 + 600 and record(tmp_path)["invocations"] == 1
 
 
+
+TINY_MNIST = {
+    "name": "tiny-mnist", "recipe": "parted", "scoring": "mnist-labels", "seeds": [0], "steps": 60, "curve_every": 10,
+    "patience": 2, "validation_images": 200,
+    "settings": {"dataset": "mnist", "num_train": 300, "label_fraction": None, "num_labels": 30, "network": "mlp",
+                 "hidden": 16, "z_dim": 3, "u_dim": 2, "factor_score_votes": 0, "num_eval": 400,
+                 "train.batch_size": 16, "train.log_every_n_steps": 5, "train.checkpoint_every_n_steps": 10},
+}
+
+
+def test_an_mnist_run_stops_on_a_plateau_and_is_scored_against_its_labels_alone(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"experiments": [TINY_MNIST]}))
+
+    done = run(campaign(tmp_path, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "results" / "tiny-mnist" / "seed0.json").read_text())
+    assert result["complete"]
+    assert set(result["metrics"]) >= {"accuracy", "labels_alone_accuracy", "gap", "best_step"}
+    assert result["metrics"]["gap"] == pytest.approx(result["metrics"]["accuracy"] - result["metrics"]["labels_alone_accuracy"])
+    curve = [point["metrics"]["accuracy"] for point in result["curve"]]
+    if result["stopped_at"] is not None:  # a plateau: the last `patience` points did not beat the best
+        assert result["steps"] == result["stopped_at"] < 60
+        assert max(curve[-2:]) <= max(curve[:-2])
+    assert result["metrics"]["best_step"] == 10 * (1 + curve.index(max(curve)))
+
 def test_a_bad_manifest_is_named(tmp_path):
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"experiments": [{**TINY, "recipe": "nope"}]}))
