@@ -15,6 +15,7 @@ import lightning as L
 import pyro
 import torch
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
+from lightning.pytorch.utilities import disable_possible_user_warnings
 from pyro import poutine
 from torch import nn
 
@@ -28,11 +29,6 @@ from ppl_vae.train.metrics import CSVMetricsLogger, write_metrics_table
 from ppl_vae.train.module import SVIModule, architecture
 from ppl_vae.train.run_dir import RunDirectory
 
-_LIGHTNING_NOISE = (
-    ".*`training_step` returns `None`.*",
-    ".*isinstance\\(treespec, LeafSpec\\)` is deprecated.*",
-    ".*`weights_only` was not set.*",
-)
 _LIGHTNING_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
 
 
@@ -96,23 +92,22 @@ def _warn_if_bf16_is_slow(config: TrainConfig) -> None:
         )
 
 
-class _DropLightningTips(logging.Filter):
-    """Drops Lightning's advertisements ("Tip: ... try installing litlogger ...") that it logs
-    at INFO level whenever a Trainer is made without its cloud logger (Lightning offers no
-    setting to turn them off)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in str(record.msg)
-
-
 @contextmanager
-def _without_lightning_tips() -> Iterator[None]:
-    tips = _DropLightningTips()
-    _LIGHTNING_LOG.addFilter(tips)
+def _quiet_lightning() -> Iterator[None]:
+    """Lightning's own switches for its chatter during :func:`fit`: its rank-zero log (devices,
+    advertisements, "`Trainer.fit` stopped") raised to WARNING, its ``PossibleUserWarning`` s
+    turned off (advice that does not apply: the engine indexes tensors on the device, without
+    DataLoader workers), and the deprecation that its pytree helper triggers in torch ignored
+    by category and module. Everything is restored afterwards."""
+    level = _LIGHTNING_LOG.level
+    _LIGHTNING_LOG.setLevel(logging.WARNING)
     try:
-        yield
+        with warnings.catch_warnings():
+            disable_possible_user_warnings()
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
+            yield
     finally:
-        _LIGHTNING_LOG.removeFilter(tips)
+        _LIGHTNING_LOG.setLevel(level)
 
 
 def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
@@ -391,7 +386,7 @@ def fit(
         callbacks.insert(0, SetupAgreement(failure))
     if setup.run is not None:
         callbacks.append(IterationCheckpoint(setup.run.last_checkpoint))
-    with _without_lightning_tips():
+    with _quiet_lightning():
         trainer = L.Trainer(
             accelerator=_accelerator(config.device),
             devices=config.devices,
@@ -413,10 +408,7 @@ def fit(
         )
     module = setup.module
     with pyro.validation_enabled(config.validate):
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            for noise in _LIGHTNING_NOISE:
-                warnings.filterwarnings("ignore", message=noise)
+        with _quiet_lightning():
             trainer.fit(
                 module,
                 train_dataloaders=BatchBlocks(module.batches, config.iterations_per_training_step) if failure is None else [],
