@@ -25,7 +25,7 @@ trained on the guide samples that the ELBO step drew, with no second pass throug
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -98,6 +98,15 @@ class TrainingIteration:
             *(make([p for p in step.parameters if p.requires_grad], float(step.lr or lr)) for step in self.steps),
         ]
 
+    @property
+    def claimed_groups(self) -> frozenset[str]:
+        """The data groups that auxiliary steps take (``data_group``); the ELBO step reads the rest."""
+        return frozenset(step.data_group for step in self.steps if step.data_group is not None)
+
+    def elbo_groups(self, groups: Iterable[str]) -> list[str]:
+        """Of the data groups ``groups``, those the ELBO step reads (no auxiliary step claims them), in order."""
+        return [group for group in groups if group not in self.claimed_groups]
+
     def take_step(self, optimizer: Any, loss: torch.Tensor) -> None:
         """Clear the gradients of ``optimizer``'s parameters, backpropagate ``loss``, step."""
         optimizer.zero_grad(set_to_none=True)
@@ -111,11 +120,9 @@ class TrainingIteration:
         Returns each step's loss (``"elbo_loss"``, ``"classifier_loss"``, ...) and the
         objective's logged values, detached (read them with ``float`` only when needed: on a GPU
         each read waits for the device)."""
-        claimed = {step.data_group for step in self.steps if step.data_group is not None}
         elbo_inputs = step_inputs(batch, None)
-        for name, group in batch.items():
-            if isinstance(group, Mapping) and name not in claimed:
-                elbo_inputs.update(group)
+        for name in self.elbo_groups(name for name, group in batch.items() if isinstance(group, Mapping)):
+            elbo_inputs.update(batch[name])
         elbo_optimizer, *step_optimizers = self.optimizers
         values: dict[str, torch.Tensor] = {}
         for step, optimizer in zip(self.steps, step_optimizers, strict=True):

@@ -134,8 +134,7 @@ class SVIModule(L.LightningModule):
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps
         self.plateau = PlateauSchedules(config.lr_plateau, ["elbo", *(step.name for step in self.steps)])
-        claimed = {s.data_group for s in self.steps if s.data_group is not None}
-        unknown = claimed - set(batches.groups)
+        unknown = self.training_iteration.claimed_groups - set(batches.groups)
         if unknown:
             raise ValueError(
                 f"the objective's auxiliary steps need data groups {sorted(unknown)}, "
@@ -144,7 +143,7 @@ class SVIModule(L.LightningModule):
         for step in self.steps:
             if step.check_data is not None and step.data_group is not None:
                 step.check_data(batches.groups[step.data_group])
-        self.elbo_groups = [g for g in batches.groups if g not in claimed]
+        self.elbo_groups = self.training_iteration.elbo_groups(batches.groups)
         if not self.elbo_groups:
             raise ValueError("no data group is left for the ELBO step")
         self.automatic_optimization = False
