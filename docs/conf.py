@@ -30,6 +30,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # (its module name has hyphens) serves MathJax from the site's _static/mathjax (works offline)
     "sphinx.ext.viewcode",
     "myst_nb",
 ]
