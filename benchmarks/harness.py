@@ -31,6 +31,7 @@ from pyro.infer import SVI
 from torch import nn
 
 from ppl_vae import fit
+from ppl_vae._storage import stored_as_float
 from ppl_vae.data import DSprites
 from ppl_vae.infer import (
     ReplayedLoss,
@@ -100,15 +101,11 @@ class Workload:
             for name, group in groups.items():
                 rows = next(iter(group.values())).shape[0]
                 index = torch.randint(rows, (min(self.batch_sizes[name], rows),), generator=generator, device=device)
-                tensors = {key: _as_float(value.index_select(0, index)) for key, value in group.items()}
+                tensors = {key: stored_as_float(value.index_select(0, index)) for key, value in group.items()}
                 batch[name] = tensors if isinstance(self.data[name], Mapping) else tensors[name]
             return batch
 
         return draw
-
-
-def _as_float(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.float() if tensor.dtype == torch.bool else tensor
 
 
 def floor_loop(workload: Workload, device: torch.device | str = "cpu", authors: bool = False) -> Step:
