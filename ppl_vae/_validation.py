@@ -6,6 +6,7 @@ them where a count or a seed is meant, and refuse NaN and infinities where a fin
 from __future__ import annotations
 
 import math
+import reprlib
 from numbers import Integral, Real
 from typing import Any
 
@@ -74,3 +75,16 @@ def _interval(low: float | None, high: float | None) -> str:
     if high is not None:
         return f" < {high}"
     return ""
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for error messages: a value read from
+    a file or the command line may be huge (a 5,000-digit number, an expanded YAML alias), and
+    a message never formats more than a line of it. Containers are summarised before ``repr``
+    walks them."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 8:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    text = reprlib.repr(value) if isinstance(value, (list, tuple, dict, set)) else repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

@@ -17,13 +17,13 @@ import torch
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from torch import nn
 
-from ppl_vae._validation import boolean
+from ppl_vae._validation import boolean, shown
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import SetupAgreement, launch_rank, launched_by_a_launcher, training_strategy
 from ppl_vae.train.metrics import CSVMetricsLogger, write_metrics_table
-from ppl_vae.train.module import SVIModule, architecture
+from ppl_vae.train.module import SVIModule, architecture, random_states, set_random_states
 from ppl_vae.train.run_dir import RunDirectory
 
 _LIGHTNING_NOISE = (
@@ -107,8 +107,15 @@ def _without_lightning_tips() -> Iterator[None]:
 
 
 def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
+    """Refuse a checkpoint that another model, objective or configuration wrote, or that this
+    run cannot continue from; then restore its weights and optimiser states into ``module``
+    and check its random states and history, so that a resume fails here, before any file of
+    the run is touched, rather than in Lightning after ``metrics.csv`` was rewritten.
+
+    :raises CheckpointError: naming the checkpoint and what is wrong with it.
+    """
     state = checkpoint.get("ppl_vae")
-    if state is None:
+    if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {checkpoint_path} was not written by ppl_vae")
     expected = (type(module.model).__qualname__, type(module.objective).__qualname__)
     found = (state.get("model_class"), state.get("objective_class"))
@@ -118,18 +125,84 @@ def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, modul
             f"not a {expected[0]} with {expected[1]}"
         )
     if state.get("architecture") != architecture(module):
-        saved, current = state.get("architecture", {}), architecture(module)
+        saved, current = state.get("architecture"), architecture(module)
+        saved = saved if isinstance(saved, dict) else {}
         differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         raise CheckpointError(
             f"checkpoint {checkpoint_path} was written by a model of another configuration: "
             f"parameters that differ: {differing[:6]}"
         )
     iteration = state.get("iteration")
-    if not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
         raise CheckpointError(
-            f"checkpoint {checkpoint_path} holds iteration {iteration!r}, not one of the "
+            f"checkpoint {checkpoint_path} holds iteration {shown(iteration)}, not one of the "
             f"{module.batches.num_batches} steps of this run: resume with the run's own steps"
         )
+    _check_history(state.get("history"), checkpoint_path)
+    _check_random_states(state.get("rng"), checkpoint_path)
+    _restore_weights_and_optimisers(checkpoint, checkpoint_path, module)
+
+
+def _check_history(history: Any, checkpoint_path: Path) -> None:
+    """Refuse a logged history that is not a list of rows ``{"step": int, term: number}`` with increasing steps."""
+    if not isinstance(history, list):
+        raise CheckpointError(f"checkpoint {checkpoint_path}: its history must be a list of logged rows, got {shown(history)}")
+    previous = -1
+    for number, row in enumerate(history):
+        step = row.get("step") if isinstance(row, dict) else None
+        values_are_numbers = isinstance(row, dict) and all(
+            isinstance(value, (int, float)) and not isinstance(value, bool) for value in row.values()
+        )
+        if isinstance(step, bool) or not isinstance(step, int) or step <= previous or not values_are_numbers:
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path}: history row {number} must map 'step' (an integer above the "
+                f"previous row's) and terms to numbers, got {shown(row)}"
+            )
+        previous = step
+
+
+def _check_random_states(states: Any, checkpoint_path: Path) -> None:
+    """Refuse random states (one, or one per process) that torch, numpy or Python cannot take:
+    each is set, then this process's own state is put back."""
+    own = random_states()
+    try:
+        for state in states if isinstance(states, list) else [states]:
+            set_random_states(state)
+    except Exception as error:  # a state of the wrong type or size fails in torch, numpy or random
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path}: its random states cannot be restored ({type(error).__name__}: "
+            f"{shown(str(error), 200)})"
+        ) from None
+    finally:
+        set_random_states(own)
+
+
+def _restore_weights_and_optimisers(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
+    """Load the checkpoint's weights and optimiser states into ``module`` and its optimisers
+    (Lightning loads the same ones again when training starts), and check that the plateau
+    schedules it needs have states."""
+    try:
+        module.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, KeyError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint_path} does not fit the model: {shown(str(error), 300)}") from None
+    optimizers = module.configure_optimizers()
+    optimizers = optimizers[0] if isinstance(optimizers, tuple) else optimizers
+    states = checkpoint.get("optimizer_states")
+    if not isinstance(states, list) or len(states) != len(optimizers):
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} must hold the states of {len(optimizers)} optimiser(s), got "
+            f"{shown(states) if states is not None else 'none'}: it was not written by a training run"
+        )
+    for index, (optimizer, optimizer_state) in enumerate(zip(optimizers, states, strict=True)):
+        try:
+            optimizer.load_state_dict(optimizer_state)
+        except Exception as error:  # torch raises KeyError, ValueError, TypeError for foreign states
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path}: the state of optimiser {index} does not fit it "
+                f"({type(error).__name__}: {shown(str(error), 200)})"
+            ) from None
+    if module.plateau.names and not isinstance(checkpoint.get("lr_schedulers"), list):
+        raise CheckpointError(f"checkpoint {checkpoint_path} lacks the states of the lr_plateau schedules")
 
 
 def _configured(config: TrainConfig | None, overrides: Mapping[str, Any]) -> TrainConfig:
