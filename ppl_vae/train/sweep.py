@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from ppl_vae._validation import integer, positive_integer
+from ppl_vae._files import write_atomically
 from ppl_vae.train.run_dir import write_json_atomic
 
 __all__ = ["SweepJob", "flatten_metrics", "format_summary", "plan_sweep", "run_sweep", "summarise", "visible_gpus"]
@@ -232,7 +233,9 @@ def run_sweep(
 def _write_csv(jobs: Sequence[SweepJob], path: Path) -> None:
     settings = list(dict.fromkeys(key for job in jobs for key in job.settings))
     metrics = sorted({name for job in jobs for name in job.metrics})
-    with open(path, "w", newline="") as handle:
+
+
+    def write(handle: TextIO) -> None:
         writer = csv.writer(handle)
         writer.writerow([*settings, "seed", "status", "seconds", *metrics])
         for job in jobs:
@@ -241,6 +244,8 @@ def _write_csv(jobs: Sequence[SweepJob], path: Path) -> None:
                 + [job.seed, job.status, round(job.seconds, 1)]
                 + [job.metrics.get(name, "") for name in metrics]
             )
+
+    write_atomically(path, write)
 
 
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
