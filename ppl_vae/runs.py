@@ -17,8 +17,8 @@ MAX_MODEL_INPUT = 2**24
 """Largest number in a run's ``model_inputs`` and largest number of elements its shapes describe."""
 MAX_LAYER_WIDTH = 2**16
 """Largest ``hidden`` width or latent dimension (a setting named ``hidden`` or ending in ``_dim``) of a saved run."""
-MAX_PARAMETERS = 2**28
-"""Most parameters (1 GiB of float32) a saved run's model may have; larger ones are refused before they are built."""
+MAX_PARAMETERS = 2**27
+"""Most parameters (512 MiB of float32) a saved run's model may have; larger ones are refused before they are built."""
 
 
 @dataclass(frozen=True)
