@@ -95,7 +95,9 @@ def _check_values(array: np.ndarray, name: str, counts: bool) -> None:
     (with ``counts``) values that are not non-negative integers."""
     if array.dtype == bool or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise ValueError(f"{name} must hold integer or floating-point numbers, got dtype {array.dtype}")
-    if not np.isfinite(array.astype(np.float32)).all():
+    with np.errstate(over="ignore"):
+        in_float32 = array.astype(np.float32)
+    if not np.isfinite(in_float32).all():
         raise ValueError(f"{name} contains NaN or infinite values (or values beyond float32's range, 3.4e38)")
     if counts and ((array < 0).any() or (array != np.round(array)).any()):
         raise ValueError(f"{name} must hold non-negative integer counts (counts=True)")
@@ -135,7 +137,7 @@ def contrastive_tensors(
         )
     if names["target"] is not None and names["background"] is not None and names["target"] != names["background"]:
         raise ValueError("background's var_names differ from the target's: align the genes first")
-    return {name: torch.as_tensor(array, dtype=torch.float32) for name, array in arrays.items()}
+    return {name: torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)) for name, array in arrays.items()}
 
 
 MAX_LOG_CHANGE = 20.0
