@@ -68,10 +68,12 @@ def write_atomically(
     :param within: the folder the file must stay in (default: its own folder); a target or
         folder on the way that is a symbolic link leading outside it is refused
         (:func:`check_stays_within`) before anything is created.
-    :raises UnsafePathError: for such a link.
+    :raises UnsafePathError: for such a link, or a folder at ``path``.
     """
     path = Path(path)
     check_stays_within(path, path.parent if within is None else within)
+    if path.is_dir() and not path.is_symlink():
+        raise UnsafePathError(f"{path} is a folder: refusing to replace it with a file")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

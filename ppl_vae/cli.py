@@ -34,7 +34,7 @@ from ppl_vae._files import read_json, write_atomically
 from ppl_vae._validation import shown
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import (
-    config_from_dict,
+    config_from_file,
     flatten_settings,
     read_settings_file,
     setting_hint,
@@ -151,10 +151,11 @@ def _resume(args: argparse.Namespace) -> int:
     run_dir = _existing_run_dir(args.resume)
     saved_path = run_dir / "config.json"
     saved = read_json(saved_path, "run config")
-    if not isinstance(saved, dict) or saved.get("recipe") not in RECIPES or not isinstance(saved.get("config"), dict):
+    recipe_name = saved.get("recipe") if isinstance(saved, dict) else None
+    if not isinstance(recipe_name, str) or recipe_name not in RECIPES or not isinstance(saved.get("config"), dict):
         raise UsageError(f"{saved_path} is no run config: it needs a \"recipe\" (one of {sorted(RECIPES)}) and a \"config\"")
-    recipe = RECIPES[saved["recipe"]]
-    config = config_from_dict(recipe.config_class, saved["config"])
+    recipe = RECIPES[recipe_name]
+    config = config_from_file(recipe.config_class, saved["config"], saved_path)
     figures = _engine(args).train_recipe(recipe, config, run_dir, resume=True)
     _print_figures(figures, run_dir)
     return 0

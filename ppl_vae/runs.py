@@ -166,7 +166,7 @@ def load_run(
         count) exceed :data:`MAX_MODEL_INPUT`, :data:`MAX_LAYER_WIDTH`, :data:`MAX_PARAMETERS`.
     :raises ppl_vae._files.UnsafePathError: a file of the run is a symbolic link leading outside it.
     """
-    from ppl_vae.recipes.settings import config_from_dict
+    from ppl_vae.recipes.settings import config_from_file
     from ppl_vae.train import RunDirectory, TrainConfig
 
     run_dir = Path(run_dir)
@@ -188,7 +188,7 @@ def load_run(
                 f"{run.config_path} names no recipe: a run of ppl_vae.fit; pass model=, the untrained "
                 "model built as for that run"
             )
-        config = config_from_dict(TrainConfig, _section(settings, "train", run.config_path))
+        config = config_from_file(TrainConfig, _section(settings, "train", run.config_path), run.config_path)
     else:
         if recipes is None:
             from ppl_vae.recipes import RECIPES
@@ -197,7 +197,7 @@ def load_run(
         if name not in recipes:
             raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
         recipe = recipes[name]
-        config = config_from_dict(recipe.config_class, _section(settings, "config", run.config_path))
+        config = config_from_file(recipe.config_class, _section(settings, "config", run.config_path), run.config_path)
         _check_layer_widths(settings["config"], run.config_path)
         if "model_inputs" in settings:
             _check_model_inputs(settings["model_inputs"], run.config_path)

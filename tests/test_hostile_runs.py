@@ -150,3 +150,73 @@ def test_the_command_line_names_a_broken_config_json_in_one_line(run, command, c
     assert main([*command, str(run)]) == 2
     err = capsys.readouterr().err.strip()
     assert "config.json is not UTF-8" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b'{"recipe": ["vae"], "config": {}}', "is no run config"),
+        (b'{"recipe": "vae", "config": {"latent_dim": "two"}}', "config.json: setting latent_dim"),
+        (b"", "is empty"),
+    ],
+)
+def test_resume_names_a_config_json_of_the_wrong_structure(run, text, message, capsys):
+    (run / "config.json").write_bytes(text)
+    assert main(["train", "--resume", str(run)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_evaluate_refuses_nan_weights_naming_the_tensor(run, capsys):
+    import torch
+
+    from ppl_vae.train.checkpoint import tensor_digest
+
+    path = run / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    name = next(name for name in checkpoint["state_dict"] if name.endswith("weight"))
+    checkpoint["state_dict"][name].fill_(float("nan"))
+    checkpoint["ppl_vae"]["digest"] = tensor_digest(checkpoint)
+    torch.save(checkpoint, path)
+    assert main(["evaluate", str(run)]) == 2
+    assert f"weight {name!r} holds NaN" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "message"),
+    [
+        (["list"], {"PPL_VAE_NUM_THREADS": "abc"}, "PPL_VAE_NUM_THREADS must be a positive integer"),
+        (["list"], {"PPL_VAE_NUM_THREADS": "0"}, "PPL_VAE_NUM_THREADS must be a positive integer"),
+        (["train", "vae", "--set", "latent_dim=" + "9" * 5000], {}, "setting latent_dim"),
+        (["train", "vae", "--set", "train.betas=" + nested(100_000)], {}, "setting train.betas"),
+        (["train", "vae", "--set", "train.lr_plateau=" + "{" * 100_000], {}, "setting train.lr_plateau"),
+    ],
+)
+def test_bad_command_line_input_and_environment_give_one_line_and_status_2(argv, environment, message, monkeypatch, capsys):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and len(err) < 2000
+
+
+def yaml_alias_bomb(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 9)}]" for k in range(1, levels)]
+    return "\n".join([*lines, f"latent_dim: *a{levels - 1}"]) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bomb.yaml", yaml_alias_bomb().encode(), "expands (through its aliases) to more than"),
+        ("deep.yaml", nested(100_000).encode(), "nests lists or mappings deeper than"),
+        ("deep.json", nested(100_000).encode(), "nests lists or objects 100000 deep"),
+        ("latin1.yaml", b"latent_dim: \xe9\n", "is not UTF-8"),
+        ("python.yaml", b"latent_dim: !!python/object/apply:os.system ['true']\n", "is not valid YAML"),
+    ],
+)
+def test_a_hostile_config_file_is_named_in_one_line_quickly(tmp_path, name, content, message, capsys):
+    (tmp_path / name).write_bytes(content)
+    assert main(["train", "vae", "--config", str(tmp_path / name)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and str(tmp_path / name) in err and len(err.splitlines()) == 1 and len(err) < 2000

@@ -335,6 +335,18 @@ def config_from_dict(config_class: type, values: Mapping[str, Any], prefix: str 
         raise SettingError(f"{prefix}{message}") from None
 
 
+def config_from_file(config_class: type, values: Any, path: str | Path) -> Any:
+    """:func:`config_from_dict` for the settings read from the file ``path``, whose errors
+    name the file.
+
+    :raises SettingError: as :func:`config_from_dict`, the message starting with ``path``.
+    """
+    try:
+        return config_from_dict(config_class, values)
+    except SettingError as error:
+        raise SettingError(f"{path}: {error}") from None
+
+
 def setting_hint(config_class: type, name: str) -> Any:
     """The declared type of the setting with dotted ``name`` of ``config_class``.
 
