@@ -12,6 +12,8 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae._validation import shown
+
 MODEL_PREFIX = "model."
 MAX_MODEL_INPUT = 2**24
 """Largest number in a run's ``model_inputs`` and largest number of elements its shapes describe."""
@@ -105,11 +107,14 @@ def _check_layer_widths(config: Mapping[str, Any], config_path: Path) -> None:
 
 def _built(recipe: Any, config: Any, model_inputs: Mapping[str, Any], config_path: Path) -> tuple[nn.Module, Any]:
     """The recipe's untrained model and objective from ``model_inputs``; a ``ValueError`` naming
-    the file when they lack what the recipe needs."""
+    the file when they lack what the recipe needs or do not fit its settings."""
     try:
         return recipe.build_model(config, model_inputs)
-    except (KeyError, TypeError, IndexError) as error:
-        raise ValueError(f"{config_path}: model_inputs do not describe a {recipe.name} model ({type(error).__name__}: {error})") from None
+    except (KeyError, TypeError, IndexError, ValueError) as error:
+        raise ValueError(
+            f"{config_path}: model_inputs do not describe a {recipe.name} model of its settings "
+            f"({type(error).__name__}: {shown(str(error), 300)})"
+        ) from None
 
 
 def _check_parameter_count(recipe: Any, config: Any, model_inputs: Mapping[str, Any], config_path: Path) -> None:

@@ -92,8 +92,10 @@ class RunDirectory:
                 "(--overwrite) to replace it or resume=True (--resume) to continue it"
             )
         if create:
-            self.checkpoints.mkdir(parents=True, exist_ok=True)
-            self.pictures.mkdir(parents=True, exist_ok=True)
+            for folder in (self.checkpoints, self.pictures):
+                if folder.exists() and not folder.is_dir():
+                    raise ValueError(f"{folder} must be a folder of the run, but it is a file")
+                folder.mkdir(parents=True, exist_ok=True)
 
     def check_links(self) -> None:
         """Refuse a run folder where a file or folder the library writes (``config.json``,
