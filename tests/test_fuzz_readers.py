@@ -221,7 +221,7 @@ def test_read_checkpoint_gives_the_saved_weights_or_refuses_the_file(trained_run
     folder = tmp_path_factory.mktemp("checkpoint")
     original = (trained_run / "checkpoints" / "last.ckpt").read_bytes()
     at = int(position * (len(original) - len(flips)))
-    damaged = original[:at] if truncate else original[:at] + bytes(a ^ b for a, b in zip(original[at:], flips)) + original[at + len(flips):]
+    damaged = original[:at] if truncate else original[:at] + bytes(a ^ b for a, b in zip(original[at:], flips, strict=False)) + original[at + len(flips):]
     path = folder / "last.ckpt"
     path.write_bytes(damaged)
     checkpoint = outcome(lambda: read_checkpoint(path), folder, names=str(path))
@@ -279,8 +279,8 @@ def write_everything(run: Path) -> None:
     from matplotlib.figure import Figure
 
     from ppl_vae.train import RunDirectory
-    from ppl_vae.train.metrics import write_metrics_table
     from ppl_vae.train.checkpoint import AtomicCheckpointIO
+    from ppl_vae.train.metrics import write_metrics_table
 
     directory = RunDirectory(run, overwrite=True)
     directory.write_config({"train": {}})

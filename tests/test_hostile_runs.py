@@ -220,3 +220,10 @@ def test_a_hostile_config_file_is_named_in_one_line_quickly(tmp_path, name, cont
     assert main(["train", "vae", "--config", str(tmp_path / name)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and str(tmp_path / name) in err and len(err.splitlines()) == 1 and len(err) < 2000
+
+
+def test_evaluate_refuses_a_billion_wide_hidden_layer_within_little_memory(run, run_with_little_memory):
+
+    rewrite_config(run, lambda s: {**s, "config": {**s["config"], "hidden": 10**9}})
+    child = run_with_little_memory("from ppl_vae.cli import main\nimport ppl_vae.recipes.base", f"raise SystemExit(main(['evaluate', {str(run)!r}]))")
+    assert child.returncode == 2 and "hidden must be at most 65536" in child.stderr, child.stderr[-2000:]

@@ -27,7 +27,6 @@ import torch
 from ppl_vae._validation import finite, integer, shown
 from ppl_vae.data.base import TensorDictDataset
 
-
 DENSE_BUDGET_BYTES = 2**32
 """The most memory (4 GiB) a sparse table may take once made dense as float32; larger ones are refused."""
 

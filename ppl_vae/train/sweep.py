@@ -27,8 +27,8 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
-from ppl_vae._validation import integer, positive_integer
 from ppl_vae._files import write_atomically
+from ppl_vae._validation import integer, positive_integer
 from ppl_vae.train.run_dir import write_json_atomic
 
 __all__ = ["SweepJob", "flatten_metrics", "format_summary", "plan_sweep", "run_sweep", "summarise", "visible_gpus"]

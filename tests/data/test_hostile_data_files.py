@@ -4,11 +4,9 @@ import gzip
 import struct
 import zipfile
 
-
 import numpy as np
 import pytest
 import torch
-from limited_memory import run_with_little_memory
 
 from ppl_vae.data import MNIST, GrassyMNIST, grass_texture, read_idx
 from ppl_vae.data.celeba import CelebA
@@ -29,7 +27,7 @@ def write_labels(folder, labels: np.ndarray, type_code: int) -> None:
 # IDX ---------------------------------------------------------------------------------------
 
 
-def test_a_small_gzip_idx_file_that_unpacks_to_gigabytes_is_refused_within_little_memory(tmp_path):
+def test_a_small_gzip_idx_file_that_unpacks_to_gigabytes_is_refused_within_little_memory(tmp_path, run_with_little_memory):
     member = gzip.compress(bytes(64 * 2**20), compresslevel=9)
     path = tmp_path / "train-images-idx3-ubyte.gz"
     path.write_bytes(gzip.compress(idx_header(0x08, (60_000, 28, 28))) + member * 40)  # 2.5 GiB unpacked
@@ -38,7 +36,7 @@ def test_a_small_gzip_idx_file_that_unpacks_to_gigabytes_is_refused_within_littl
     assert "ValueError" in child.stderr and "more than 47040000 data bytes" in child.stderr, child.stderr[-2000:]
 
 
-def test_an_idx_header_declaring_a_terabyte_is_refused_before_reading(tmp_path):
+def test_an_idx_header_declaring_a_terabyte_is_refused_before_reading(tmp_path, run_with_little_memory):
     path = tmp_path / "huge.idx"
     path.write_bytes(idx_header(0x08, (2**20, 2**20)) + bytes(100))
     child = run_with_little_memory("from ppl_vae.data import read_idx", f"read_idx({str(path)!r})")
@@ -101,7 +99,7 @@ def array_member(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def test_an_npz_member_declaring_a_trillion_rows_is_refused_within_little_memory(tmp_path):
+def test_an_npz_member_declaring_a_trillion_rows_is_refused_within_little_memory(tmp_path, run_with_little_memory):
     path = tmp_path / "dsprites.npz"
     header = {"descr": "<i8", "fortran_order": False, "shape": (10**12, 6)}
     write_npz(path, {"imgs": npy_member(header), "latents_classes": npy_member(header)})
@@ -168,7 +166,7 @@ def test_an_empty_npz_or_cache_file_and_a_cache_dir_that_is_a_file_are_named(tmp
 # count tables ------------------------------------------------------------------------------
 
 
-def test_a_huge_sparse_count_matrix_is_refused_before_it_is_made_dense(tmp_path):
+def test_a_huge_sparse_count_matrix_is_refused_before_it_is_made_dense(tmp_path, run_with_little_memory):
     child = run_with_little_memory(
         "import scipy.sparse\nfrom ppl_vae.data.counts import contrastive_tensors",
         "table = scipy.sparse.csr_matrix(([1.0, 2.0], ([0, 199_999], [0, 29_999])), shape=(200_000, 30_000))\n"
