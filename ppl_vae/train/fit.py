@@ -138,9 +138,18 @@ def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, modul
             f"checkpoint {checkpoint_path} holds iteration {shown(iteration)}, not one of the "
             f"{module.batches.num_batches} steps of this run: resume with the run's own steps"
         )
+    if not isinstance(checkpoint.get("pytorch-lightning_version"), str) or not isinstance(checkpoint.get("loops", {}), dict):
+        raise CheckpointError(f"checkpoint {checkpoint_path} lacks Lightning's version or loop states: not a training checkpoint")
     _check_history(state.get("history"), checkpoint_path)
     _check_random_states(state.get("rng"), checkpoint_path)
     _restore_weights_and_optimisers(checkpoint, checkpoint_path, module)
+    try:
+        module.on_load_checkpoint(checkpoint)
+    except Exception as error:  # a plateau state or iteration of the wrong form fails in many ways
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path}: its ppl_vae state cannot be restored ({type(error).__name__}: "
+            f"{shown(str(error), 200)})"
+        ) from None
 
 
 def _check_history(history: Any, checkpoint_path: Path) -> None:
@@ -185,8 +194,7 @@ def _restore_weights_and_optimisers(checkpoint: Mapping[str, Any], checkpoint_pa
         module.load_state_dict(checkpoint["state_dict"])
     except (RuntimeError, TypeError, KeyError) as error:
         raise CheckpointError(f"checkpoint {checkpoint_path} does not fit the model: {shown(str(error), 300)}") from None
-    optimizers = module.configure_optimizers()
-    optimizers = optimizers[0] if isinstance(optimizers, tuple) else optimizers
+    optimizers = list(module.training_iteration.optimizers)
     states = checkpoint.get("optimizer_states")
     if not isinstance(states, list) or len(states) != len(optimizers):
         raise CheckpointError(
@@ -290,18 +298,35 @@ def _set_up(
 def _prepare_run_directory(
     run: RunDirectory, config: TrainConfig, checkpoint: Mapping[str, Any] | None, extra_config: Mapping[str, Any] | None
 ) -> None:
-    """Remove what a killed process left; for a new run, the earlier run's checkpoints and
-    TensorBoard events, then write ``config.json``; make ``metrics.csv`` hold the rows of the
-    checkpoint resumed from (none for a new run). A finished run resumed is left as it is."""
+    """For a new run: remove what a killed process left, the earlier run's checkpoints,
+    TensorBoard events and ``metrics.csv``, then write ``config.json``. A resume writes nothing
+    here: :class:`_ResumedRunFiles` brings its files in line once Lightning restored the checkpoint."""
+    if checkpoint is not None:
+        return
     run.remove_temporary_files()
-    history: list[dict[str, float]] = []
-    if checkpoint is None:
-        for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
-            stale.unlink()
-        run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
-    else:
-        history = list(checkpoint["ppl_vae"]["history"])
-    write_metrics_table(run.metrics_csv, history if "csv" in config.loggers else [])
+    for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
+        stale.unlink()
+    run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
+    write_metrics_table(run.metrics_csv, [])
+
+
+class _ResumedRunFiles(L.Callback):
+    """On a resume, when training starts (Lightning has restored the weights, optimiser and
+    loop states by then, so a checkpoint it cannot use has changed no file), rank 0 removes
+    what a killed process left and makes ``metrics.csv`` hold the checkpoint's rows.
+
+    :param run: the run directory.
+    :param rows: the rows ``metrics.csv`` must hold (none when the run does not log to it).
+    """
+
+    def __init__(self, run: RunDirectory, rows: Sequence[Mapping[str, float]]) -> None:
+        self.run = run
+        self.rows = rows
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.run.remove_temporary_files()
+            write_metrics_table(self.run.metrics_csv, self.rows)
 
 
 def _loggers(config: TrainConfig, setup: _Setup) -> list[Logger]:
@@ -417,6 +442,9 @@ def fit(
         callbacks.insert(0, SetupAgreement(failure))
     if setup.run is not None:
         callbacks.append(IterationCheckpoint(setup.run.last_checkpoint))
+    if setup.checkpoint is not None:
+        rows = setup.checkpoint["ppl_vae"]["history"] if "csv" in config.loggers else []
+        callbacks.append(_ResumedRunFiles(setup.run, rows))
     with _without_lightning_tips():
         trainer = L.Trainer(
             accelerator=_accelerator(config.device),

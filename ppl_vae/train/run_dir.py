@@ -33,8 +33,6 @@ import ppl_vae
 from ppl_vae._files import check_stays_within, read_json, write_atomically
 from ppl_vae._validation import boolean
 
-__all__ = ["RunDirectory", "RunDirectoryExistsError", "versions", "write_atomically", "write_json_atomic"]
-
 
 class RunDirectoryExistsError(FileExistsError):
     """The run directory holds a previous run and neither overwrite nor resume was asked."""

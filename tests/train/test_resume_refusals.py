@@ -73,9 +73,24 @@ def with_optimiser_states_of_another_model(checkpoint):
     checkpoint["optimizer_states"][0]["param_groups"][0]["params"] = [0]
 
 
+def with_loop_states_that_are_text(checkpoint):
+    checkpoint["loops"] = "loops"
+
+
+def without_lightnings_version(checkpoint):
+    del checkpoint["pytorch-lightning_version"]
+
+
+def with_a_plateau_state_that_is_text(checkpoint):
+    checkpoint["ppl_vae"]["lr_plateau"] = "plateau"
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
+        (with_loop_states_that_are_text, "Lightning's version or loop states"),
+        (without_lightnings_version, "Lightning's version or loop states"),
+        (with_a_plateau_state_that_is_text, "ppl_vae state cannot be restored"),
         (without_optimiser_states, "states of 1 optimiser"),
         (without_a_bias, "does not fit the model"),
         (with_random_states_of_the_wrong_type, "random states cannot be restored"),
