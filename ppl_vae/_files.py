@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
-
-import numpy as np
 
 MAX_NESTING = 64
 """Deepest nesting of lists and mappings accepted in a JSON or YAML file or value."""
@@ -25,7 +22,6 @@ MAX_TEXT_BYTES = 64 * 2**20
 MAX_YAML_NODES = 100_000
 """Most values a YAML file may expand to, aliases counted as often as they are used."""
 
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 class UnsafePathError(ValueError):
@@ -113,12 +109,17 @@ def read_text(path: str | os.PathLike, what: str, max_bytes: int = MAX_TEXT_BYTE
         raise ValueError(f"{what} {path} is not UTF-8 text (byte {error.start} is 0x{data[error.start]:02x})") from None
 
 
-def json_nesting(text: str | bytes) -> int:
-    """How deep lists and objects nest in the JSON ``text`` (brackets inside strings ignored)."""
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    skeleton = np.frombuffer(_JSON_STRING.sub(b'""', data), np.uint8)
-    steps = np.isin(skeleton, (ord("["), ord("{"))).astype(np.int64) - np.isin(skeleton, (ord("]"), ord("}")))
-    return int(np.cumsum(steps).max(initial=0))
+def nesting(value: Any) -> int:
+    """How deep lists, tuples and dicts nest in ``value`` (0 for a number or a string), walked
+    without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else None
+        if children is not None:
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def parse_json(text: str, what: str) -> Any:
@@ -126,13 +127,16 @@ def parse_json(text: str, what: str) -> Any:
 
     :raises ValueError: naming ``what``, for invalid JSON or deeper nesting.
     """
-    depth = json_nesting(text)
-    if depth > MAX_NESTING:
-        raise ValueError(f"{what} nests lists or objects {depth} deep; at most {MAX_NESTING} are accepted")
     try:
-        return json.loads(text)
+        value = json.loads(text)
+    except RecursionError:
+        value = None
     except ValueError as error:
         raise ValueError(f"{what} is not valid JSON: {error}") from None
+    else:
+        if nesting(value) <= MAX_NESTING:
+            return value
+    raise ValueError(f"{what} nests lists or objects deeper than {MAX_NESTING}")
 
 
 def read_json(path: str | os.PathLike, what: str) -> Any:

@@ -110,7 +110,7 @@ def nested(depth: int) -> str:
         (b"", "is empty"),
         (b'{"recipe": "vae", \xff}', "is not UTF-8"),
         (b"[]", "must hold a JSON object"),
-        (nested(100_000).encode(), "nests lists or objects 100000 deep"),
+        (nested(100_000).encode(), "nests lists or objects deeper than 64"),
         (b'{"recipe": ["vae"], "config": {}}', '"recipe" must be a recipe'),
         (b'{"recipe": "vae"}', "needs a mapping of settings under 'config'"),
         (b'{"recipe": "vae", "config": [1]}', "needs a mapping of settings under 'config'"),
@@ -210,8 +210,9 @@ def yaml_alias_bomb(levels: int = 9) -> str:
     [
         ("bomb.yaml", yaml_alias_bomb().encode(), "expands (through its aliases) to more than"),
         ("deep.yaml", nested(100_000).encode(), "nests lists or mappings deeper than"),
-        ("deep.json", nested(100_000).encode(), "nests lists or objects 100000 deep"),
+        ("deep.json", nested(100_000).encode(), "nests lists or objects deeper than 64"),
         ("latin1.yaml", b"latent_dim: \xe9\n", "is not UTF-8"),
+        ("quotes.json", b'"' + b'\\"' * 500_000, "is not valid JSON"),
         ("python.yaml", b"latent_dim: !!python/object/apply:os.system ['true']\n", "is not valid YAML"),
     ],
 )
