@@ -17,9 +17,9 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
     :raises ValueError: naming ``name``, ``value`` and the expected range.
     """
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {value!r}")
+        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {shown(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {value!r}")
+        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {shown(value)}")
     return int(value)
 
 
@@ -29,7 +29,7 @@ def positive_integer(name: str, value: Any) -> int:
     :raises ValueError: naming ``name`` and ``value``.
     """
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
     return int(value)
 
 
@@ -41,9 +41,9 @@ def finite(name: str, value: Any, low: float | None = None, high: float | None =
     """
     expected = "a finite number" + (" > 0" if positive else "") + _interval(low, high)
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
+        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
     if (positive and value <= 0) or (low is not None and value < low) or (high is not None and value >= high):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
+        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
     return float(value)
 
 
@@ -53,7 +53,7 @@ def boolean(name: str, value: Any) -> bool:
     :raises ValueError: naming ``name`` and ``value``.
     """
     if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+        raise ValueError(f"{name} must be True or False, got {shown(value)}")
     return value
 
 

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
-from ppl_vae._files import write_atomically
+from ppl_vae._files import check_stays_within, write_atomically
 from ppl_vae._validation import integer, positive_integer
 from ppl_vae.train.run_dir import write_json_atomic
 
@@ -200,6 +200,7 @@ def run_sweep(
         while waiting and free:
             job, slot = waiting.pop(0), free.pop(0)
             job.run_dir.mkdir(parents=True, exist_ok=True)
+            check_stays_within(job.run_dir / "sweep.log", job.run_dir)  # a log stream, not written atomically
             log = open(job.run_dir / "sweep.log", "w")
             process = subprocess.Popen(
                 job.command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **slot}
