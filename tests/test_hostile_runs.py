@@ -95,6 +95,16 @@ def test_load_run_creates_and_changes_nothing(run):
     assert everything_in(run) == before
 
 
+def test_load_run_works_where_nothing_can_be_written(run, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only file system")
+
+    for method in ("mkdir", "write_text", "write_bytes", "touch", "unlink"):
+        monkeypatch.setattr(Path, method, refuse)
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    assert ppl_vae.load_run(run).recipe == "vae"
+
+
 def rewrite_config(run: Path, change) -> None:
     settings = json.loads((run / "config.json").read_text())
     (run / "config.json").write_text(json.dumps(change(settings)))
@@ -186,6 +196,8 @@ def test_evaluate_refuses_nan_weights_naming_the_tensor(run, capsys):
     [
         (["list"], {"PPL_VAE_NUM_THREADS": "abc"}, "PPL_VAE_NUM_THREADS must be a positive integer"),
         (["list"], {"PPL_VAE_NUM_THREADS": "0"}, "PPL_VAE_NUM_THREADS must be a positive integer"),
+        (["train", "vae", "--set", "dataset=mnist", "--steps", "1", "--no-progress"], {"PPL_VAE_MNIST_DIR": "/nonexistent/mnist"},
+         "PPL_VAE_MNIST_DIR='/nonexistent/mnist' names no folder"),
         (["train", "vae", "--set", "latent_dim=" + "9" * 5000], {}, "setting latent_dim"),
         (["train", "vae", "--set", "train.betas=" + nested(100_000)], {}, "setting train.betas"),
         (["train", "vae", "--set", "train.lr_plateau=" + "{" * 100_000], {}, "setting train.lr_plateau"),
