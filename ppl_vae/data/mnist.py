@@ -100,7 +100,7 @@ def _idx_header(file: BinaryIO, path: str, max_bytes: int) -> tuple[tuple[int, .
         raise ValueError(f"path: {path!r} ends inside its header ({ndim} dimensions declared)")
     shape = tuple(int(d) for d in np.frombuffer(dims, ">u4"))
     dtype = np.dtype(_IDX_DTYPES[magic[2]])
-    declared = math.prod(shape) * dtype.itemsize
+    declared = math.prod(max(size, 1) for size in shape) * dtype.itemsize  # an empty axis does not excuse the others
     if declared > max_bytes:
         raise ValueError(f"path: {path!r} declares shape {shape}: {declared} bytes, above the {max_bytes} read")
     return shape, dtype

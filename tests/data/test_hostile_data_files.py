@@ -43,6 +43,13 @@ def test_an_idx_header_declaring_a_terabyte_is_refused_before_reading(tmp_path, 
     assert "ValueError" in child.stderr and "above the 1073741824 read" in child.stderr, child.stderr[-2000:]
 
 
+def test_an_idx_header_with_an_empty_axis_beside_huge_ones_is_refused(tmp_path):
+    path = tmp_path / "empty.idx"
+    path.write_bytes(idx_header(0x08, (0, 2**31, 2**31)))
+    with pytest.raises(ValueError, match=r"declares shape \(0, 2147483648, 2147483648\)"):
+        read_idx(path)
+
+
 def test_an_idx_file_of_65_dimensions_is_named(tmp_path):
     path = tmp_path / "deep.idx"
     path.write_bytes(idx_header(0x08, (1,) * 65))
