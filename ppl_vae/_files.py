@@ -23,7 +23,6 @@ MAX_YAML_NODES = 100_000
 """Most values a YAML file may expand to, aliases counted as often as they are used."""
 
 
-
 class UnsafePathError(ValueError):
     """A file to write is, or lies in, a symbolic link leading outside the folder it must stay in."""
 

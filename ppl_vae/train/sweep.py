@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
-from ppl_vae._files import check_stays_within, write_atomically
+from ppl_vae._files import check_stays_within, read_json, write_atomically
 from ppl_vae._validation import integer, positive_integer
 from ppl_vae.train.run_dir import write_json_atomic
 
@@ -173,8 +173,11 @@ def _finish(job: SweepJob, returncode: int, started: float) -> None:
     job.seconds = time.perf_counter() - started
     metrics_path = job.run_dir / "metrics.json"
     if returncode == 0 and metrics_path.is_file():
-        job.status = "ok"
-        job.metrics = flatten_metrics(json.loads(metrics_path.read_text()))
+        try:
+            job.metrics = flatten_metrics(read_json(metrics_path, "run metrics"))
+            job.status = "ok"
+        except ValueError as error:
+            job.status = f"failed ({error})"
     else:
         job.status = f"failed (exit {returncode}; see {job.run_dir / 'sweep.log'})"
 
