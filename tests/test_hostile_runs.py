@@ -47,6 +47,17 @@ def test_evaluate_refuses_a_pictures_symlink_leading_outside_the_run(run, tmp_pa
     assert everything_in(elsewhere) == {"samples.png": b"the user's picture"}
 
 
+def test_resume_refuses_a_pictures_symlink_leading_outside_the_run_and_changes_no_file(run, tmp_path, capsys):
+    elsewhere = tmp_path / "users_folder"
+    elsewhere.mkdir()
+    shutil.rmtree(run / "pictures")
+    (run / "pictures").symlink_to(elsewhere)
+    before = everything_in(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    assert everything_in(run) == before and everything_in(elsewhere) == {}
+
+
 def test_evaluate_refuses_a_picture_symlink_leading_to_a_users_file(run, tmp_path, capsys):
     users_file = tmp_path / "thesis.png"
     users_file.write_bytes(b"the user's file")
