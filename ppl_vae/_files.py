@@ -23,6 +23,10 @@ MAX_YAML_NODES = 100_000
 """Most values a YAML file may expand to, aliases counted as often as they are used."""
 
 
+class NestingError(ValueError):
+    """A JSON or YAML value nests lists or mappings deeper than :data:`MAX_NESTING`."""
+
+
 class UnsafePathError(ValueError):
     """A file to write is, or lies in, a symbolic link leading outside the folder it must stay in."""
 
@@ -124,7 +128,8 @@ def nesting(value: Any) -> int:
 def parse_json(text: str, what: str) -> Any:
     """The JSON value of ``text`` (``what`` it is, for messages), nested at most :data:`MAX_NESTING` deep.
 
-    :raises ValueError: naming ``what``, for invalid JSON or deeper nesting.
+    :raises ValueError: naming ``what``, for invalid JSON.
+    :raises NestingError: naming ``what``, for deeper nesting.
     """
     try:
         value = json.loads(text)
@@ -135,7 +140,7 @@ def parse_json(text: str, what: str) -> Any:
     else:
         if nesting(value) <= MAX_NESTING:
             return value
-    raise ValueError(f"{what} nests lists or objects deeper than {MAX_NESTING}")
+    raise NestingError(f"{what} nests lists or objects deeper than {MAX_NESTING}")
 
 
 def read_json(path: str | os.PathLike, what: str) -> Any:
@@ -170,7 +175,7 @@ def read_yaml(path: str | os.PathLike, what: str) -> Any:
     except yaml.YAMLError as error:
         raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(error).split())[:500]}") from None
     except RecursionError:
-        raise ValueError(f"{what} {path} nests lists or mappings deeper than {MAX_NESTING}") from None
+        raise NestingError(f"{what} {path} nests lists or mappings deeper than {MAX_NESTING}") from None
     finally:
         loader.dispose()
 
@@ -185,7 +190,7 @@ def _check_yaml_size(root: Any, what: str) -> None:
 
     def measure(node: Any, depth: int) -> tuple[int, int]:
         if depth > MAX_NESTING:
-            raise ValueError(f"{what} nests lists or mappings deeper than {MAX_NESTING}")
+            raise NestingError(f"{what} nests lists or mappings deeper than {MAX_NESTING}")
         if id(node) in sizes:
             return sizes[id(node)]
         if isinstance(node, yaml.MappingNode):

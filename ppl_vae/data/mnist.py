@@ -42,7 +42,9 @@ SPLITS = ("train", "test")
 MAX_IDX_BYTES = 2**30
 """The most data bytes an IDX file may declare (1 GiB; the MNIST training images take 47 MB)."""
 MAX_IDX_DIMENSIONS = 4
+"""The most dimensions an IDX file may declare (images have 3, labels 1)."""
 NUM_CLASSES = 10
+"""MNIST and Fashion-MNIST labels are 0..9."""
 
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _IDX_STEMS = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ppl_vae._files import MAX_NESTING, parse_json, read_json, read_yaml
+from ppl_vae._files import MAX_NESTING, NestingError, parse_json, read_json, read_yaml
 from ppl_vae._validation import shown
 
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -212,9 +212,9 @@ def _text_sequence(text: str) -> Any:
     if text.startswith("["):
         try:
             return parse_json(text, "the value")
-        except ValueError as error:
-            if "nests" in str(error):
-                raise _Mismatch(f"a list nested at most {MAX_NESTING} deep") from None
+        except NestingError:
+            raise _Mismatch(f"a list nested at most {MAX_NESTING} deep") from None
+        except ValueError:
             return text
     return [item.strip() for item in text.split(",")]
 
