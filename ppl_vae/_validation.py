@@ -6,6 +6,7 @@ them where a count or a seed is meant, and refuse NaN and infinities where a fin
 from __future__ import annotations
 
 import math
+import reprlib
 from numbers import Integral, Real
 from typing import Any
 
@@ -16,9 +17,9 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
     :raises ValueError: naming ``name``, ``value`` and the expected range.
     """
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {value!r}")
+        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {shown(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {value!r}")
+        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {shown(value)}")
     return int(value)
 
 
@@ -28,7 +29,7 @@ def positive_integer(name: str, value: Any) -> int:
     :raises ValueError: naming ``name`` and ``value``.
     """
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
     return int(value)
 
 
@@ -40,9 +41,9 @@ def finite(name: str, value: Any, low: float | None = None, high: float | None =
     """
     expected = "a finite number" + (" > 0" if positive else "") + _interval(low, high)
     if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
+        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
     if (positive and value <= 0) or (low is not None and value < low) or (high is not None and value >= high):
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
+        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
     return float(value)
 
 
@@ -52,7 +53,7 @@ def boolean(name: str, value: Any) -> bool:
     :raises ValueError: naming ``name`` and ``value``.
     """
     if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+        raise ValueError(f"{name} must be True or False, got {shown(value)}")
     return value
 
 
@@ -74,3 +75,16 @@ def _interval(low: float | None, high: float | None) -> str:
     if high is not None:
         return f" < {high}"
     return ""
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for error messages: a value read from
+    a file or the command line may be huge (a 5,000-digit number, an expanded YAML alias), and
+    a message never formats more than a line of it. Containers are summarised before ``repr``
+    walks them."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 8:
+        return f"<{type(value).__name__} of {len(value)} items>"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    text = reprlib.repr(value) if isinstance(value, (list, tuple, dict, set)) else repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."

@@ -30,9 +30,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ppl_vae._files import read_json, write_atomically
+from ppl_vae._validation import shown
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import (
-    config_from_dict,
+    config_from_file,
     flatten_settings,
     read_settings_file,
     setting_hint,
@@ -53,6 +55,7 @@ _TRAIN_SHORTCUTS = {
     "strategy": "train.strategy",
     "precision": "train.precision",
 }
+THREADS_ENV = "PPL_VAE_NUM_THREADS"
 _INPUT_ERRORS = (ValueError, TypeError, LookupError, FileNotFoundError, FileExistsError, NotADirectoryError)
 
 
@@ -147,14 +150,12 @@ def _resume(args: argparse.Namespace) -> int:
         raise UsageError(f"--resume continues a run with its saved settings; {', '.join(changes)} cannot change them")
     run_dir = _existing_run_dir(args.resume)
     saved_path = run_dir / "config.json"
-    try:
-        saved = json.loads(saved_path.read_text())
-    except ValueError as error:
-        raise UsageError(f"{saved_path} is not valid JSON: {error}") from None
-    if not isinstance(saved, dict) or saved.get("recipe") not in RECIPES or not isinstance(saved.get("config"), dict):
+    saved = read_json(saved_path, "run config")
+    recipe_name = saved.get("recipe") if isinstance(saved, dict) else None
+    if not isinstance(recipe_name, str) or recipe_name not in RECIPES or not isinstance(saved.get("config"), dict):
         raise UsageError(f"{saved_path} is no run config: it needs a \"recipe\" (one of {sorted(RECIPES)}) and a \"config\"")
-    recipe = RECIPES[saved["recipe"]]
-    config = config_from_dict(recipe.config_class, saved["config"])
+    recipe = RECIPES[recipe_name]
+    config = config_from_file(recipe.config_class, saved["config"], saved_path)
     figures = _engine(args).train_recipe(recipe, config, run_dir, resume=True)
     _print_figures(figures, run_dir)
     return 0
@@ -185,7 +186,7 @@ def _demo(args: argparse.Namespace) -> int:
         numbers = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
         summary[recipe.name] = {"seconds": round(seconds, 1), **numbers}
         print(f"[demo] {recipe.name} done in {seconds:.0f} s: " + ", ".join(f"{k}={v:.4g}" for k, v in numbers.items()), flush=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_atomically(out / "summary.json", lambda handle: handle.write(json.dumps(summary, indent=2) + "\n"))
     print(f"demo runs (config, checkpoints, metrics, pictures) are in {out.resolve()}")
     return 0
 
@@ -241,8 +242,8 @@ def settings_help(recipe: Recipe, width: int = 100) -> str:
     lines = [f"settings of {recipe.name} (--set NAME=VALUE, or NAME: VALUE in a --config file):"]
     for setting in settings_of(recipe.config_class):
         default = setting.default
-        shown = json.dumps(list(default) if isinstance(default, tuple) else default)
-        lines.append(f"  {setting.name} ({setting.type_name}, default {shown})")
+        default_text = json.dumps(list(default) if isinstance(default, tuple) else default)
+        lines.append(f"  {setting.name} ({setting.type_name}, default {default_text})")
         lines += textwrap.wrap(setting.doc, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
     return "\n".join(lines)
 
@@ -276,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads",
         type=int,
-        default=int(os.environ["PPL_VAE_NUM_THREADS"]) if os.environ.get("PPL_VAE_NUM_THREADS") else None,
+        default=None,
         help="torch CPU threads (default: $PPL_VAE_NUM_THREADS, else torch's choice); "
         "use 1 when other processes share the CPU",
     )
@@ -358,9 +359,21 @@ def failure(error: BaseException) -> tuple[int, str]:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "train" and not args.model and not args.resume:
         raise UsageError("train needs MODEL or --resume RUN_DIR")
+    if args.threads is None:
+        args.threads = _threads_from_environment()
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
     return args.handler(args)
+
+
+def _threads_from_environment() -> int | None:
+    """``$PPL_VAE_NUM_THREADS`` as a positive integer, ``None`` when it is unset or empty."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or len(text) > 6 or int(text) < 1:
+        raise UsageError(f"{THREADS_ENV} must be a positive integer (torch CPU threads), got {shown(text)}")
+    return int(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

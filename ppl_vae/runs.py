@@ -1,6 +1,7 @@
 """Reload a finished training run: :func:`load_run`."""
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,7 +12,15 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae._validation import shown
+
 MODEL_PREFIX = "model."
+MAX_MODEL_INPUT = 2**24
+"""Largest number in a run's ``model_inputs`` and largest number of elements its shapes describe."""
+MAX_LAYER_WIDTH = 2**16
+"""Largest ``hidden`` width or latent dimension (a setting named ``hidden`` or ending in ``_dim``) of a saved run."""
+MAX_PARAMETERS = 2**27
+"""Most parameters (512 MiB of float32) a saved run's model may have; larger ones are refused before they are built."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,77 @@ def _load_weights(model: nn.Module, checkpoint_path: Path) -> None:
         raise CheckpointError(f"checkpoint {checkpoint_path} does not fit the model: {error}") from error
 
 
+def _section(settings: Mapping[str, Any], key: str, config_path: Path) -> Mapping[str, Any]:
+    """``settings[key]``, a mapping of settings, or a ``ValueError`` naming the file."""
+    if not isinstance(settings.get(key), Mapping):
+        found = "nothing" if key not in settings else f"a {type(settings[key]).__name__}"
+        raise ValueError(f"{config_path} needs a mapping of settings under {key!r}, got {found}")
+    return settings[key]
+
+
+def _numbers(value: Any) -> list[Any]:
+    """The numbers in a JSON value, at any depth (bools are not numbers)."""
+    if isinstance(value, Mapping):
+        return [number for item in value.values() for number in _numbers(item)]
+    if isinstance(value, list):
+        return [number for item in value for number in _numbers(item)]
+    return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def _check_model_inputs(model_inputs: Any, config_path: Path) -> None:
+    """Refuse ``model_inputs`` that are not a mapping, hold a number above
+    :data:`MAX_MODEL_INPUT`, or a shape (list of numbers) of more elements than that."""
+    if not isinstance(model_inputs, Mapping):
+        raise ValueError(f"{config_path}: model_inputs must be a mapping, got a {type(model_inputs).__name__}")
+    for key, value in model_inputs.items():
+        numbers = _numbers(value)
+        elements = math.prod(numbers) if isinstance(value, list) and numbers else max(numbers, default=0)
+        if any(abs(number) > MAX_MODEL_INPUT for number in numbers) or elements > MAX_MODEL_INPUT:
+            raise ValueError(
+                f"{config_path}: model_inputs {key!r} describes more than {MAX_MODEL_INPUT} elements: "
+                "not a run this library wrote"
+            )
+
+
+def _check_layer_widths(config: Mapping[str, Any], config_path: Path) -> None:
+    """Refuse a saved ``hidden`` width or ``*_dim`` above :data:`MAX_LAYER_WIDTH` (at any depth)."""
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            _check_layer_widths(value, config_path)
+        elif key == "hidden" or key.endswith(("_dim", "_dims")):
+            if any(abs(number) > MAX_LAYER_WIDTH for number in _numbers(value)):
+                raise ValueError(f"{config_path}: setting {key} must be at most {MAX_LAYER_WIDTH}; the file asks for more")
+
+
+def _built(recipe: Any, config: Any, model_inputs: Mapping[str, Any], config_path: Path) -> tuple[nn.Module, Any]:
+    """The recipe's untrained model and objective from ``model_inputs``; a ``ValueError`` naming
+    the file when they lack what the recipe needs or do not fit its settings."""
+    try:
+        return recipe.build_model(config, model_inputs)
+    except (KeyError, TypeError, IndexError, ValueError) as error:
+        raise ValueError(
+            f"{config_path}: model_inputs do not describe a {recipe.name} model of its settings "
+            f"({type(error).__name__}: {shown(str(error), 300)})"
+        ) from None
+
+
+def _check_parameter_count(recipe: Any, config: Any, model_inputs: Mapping[str, Any], config_path: Path) -> None:
+    """Build the model on PyTorch's meta device (no memory for its tensors) and refuse it above
+    :data:`MAX_PARAMETERS`. A model that cannot be built there (one computing with its
+    tensors while it is built) is left to the checks of :func:`_check_layer_widths`."""
+    try:
+        with torch.device("meta"):
+            model, _ = recipe.build_model(config, model_inputs)
+    except Exception:  # built for real later, where its errors are reported
+        return
+    count = sum(parameter.numel() for parameter in model.parameters())
+    if count > MAX_PARAMETERS:
+        raise ValueError(
+            f"{config_path}: its settings make a model of {count} parameters, above the {MAX_PARAMETERS} "
+            "this library loads: not a run it wrote"
+        )
+
+
 def load_run(
     run_dir: str | os.PathLike,
     model: nn.Module | None = None,
@@ -86,19 +166,24 @@ def load_run(
         checkpoint.
     :raises ppl_vae.train.CheckpointError: the checkpoint is corrupt or does not fit the model.
     :raises ValueError: a ``fit`` run without ``model``, an unknown recipe, or ``with_data``
-        for a ``fit`` run.
+        for a ``fit`` run; a ``config.json`` that is not JSON or lacks its sections, or whose
+        model sizes (``model_inputs``, ``hidden`` widths, latent dimensions, the parameter
+        count) exceed :data:`MAX_MODEL_INPUT`, :data:`MAX_LAYER_WIDTH`, :data:`MAX_PARAMETERS`.
+    :raises ppl_vae._files.UnsafePathError: a file of the run is a symbolic link leading outside it.
     """
-    from ppl_vae.recipes.settings import config_from_dict
+    from ppl_vae.recipes.settings import config_from_file
     from ppl_vae.train import RunDirectory, TrainConfig
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run_dir {run_dir} does not exist")
-    run = RunDirectory(run_dir, overwrite=True)  # opens the run as it is: nothing is written over
+    run = RunDirectory(run_dir, overwrite=True, create=False)  # opens the run as it is: nothing is written
     settings = run.read_config()
     if not run.last_checkpoint.is_file():
         raise FileNotFoundError(f"run_dir {run_dir} holds no checkpoint {run.last_checkpoint}: did its training start?")
     name = settings.get("recipe")
+    if name is not None and not isinstance(name, str):
+        raise ValueError(f"{run.config_path}: \"recipe\" must be a recipe's name, got a {type(name).__name__}")
     objective = data = experiment = None
     if name is None:
         if with_data:
@@ -108,7 +193,7 @@ def load_run(
                 f"{run.config_path} names no recipe: a run of ppl_vae.fit; pass model=, the untrained "
                 "model built as for that run"
             )
-        config = config_from_dict(TrainConfig, settings["train"])
+        config = config_from_file(TrainConfig, _section(settings, "train", run.config_path), run.config_path)
     else:
         if recipes is None:
             from ppl_vae.recipes import RECIPES
@@ -117,7 +202,11 @@ def load_run(
         if name not in recipes:
             raise ValueError(f"{run.config_path} names recipe {name!r}; known recipes: {sorted(recipes)}")
         recipe = recipes[name]
-        config = config_from_dict(recipe.config_class, settings["config"])
+        config = config_from_file(recipe.config_class, _section(settings, "config", run.config_path), run.config_path)
+        _check_layer_widths(settings["config"], run.config_path)
+        if "model_inputs" in settings:
+            _check_model_inputs(settings["model_inputs"], run.config_path)
+            _check_parameter_count(recipe, config, settings["model_inputs"], run.config_path)
         if with_data:
             pyro.set_rng_seed(config.train.seed)  # as train_recipe built it
             experiment = recipe.build(config)
@@ -125,7 +214,7 @@ def load_run(
         else:
             if "model_inputs" not in settings:
                 raise ValueError(f"{run.config_path} lacks the model_inputs this version saves; load it with with_data=True")
-            built, objective = recipe.build_model(config, settings["model_inputs"])
+            built, objective = _built(recipe, config, settings["model_inputs"], run.config_path)
         model = built if model is None else model
     _load_weights(model, run.last_checkpoint)
     model.to(device).eval()

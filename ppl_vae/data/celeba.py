@@ -6,11 +6,15 @@ holding ``img_align_celeba/`` and the ``list_*.txt`` / ``identity_CelebA.txt`` a
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset
+
+from ppl_vae._validation import shown
 
 CELEBA_ATTRIBUTES: tuple[str, ...] = (
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips",
@@ -42,8 +46,32 @@ def _check_attribute_names(argument: str, names: Sequence[str]) -> None:
     unknown = [name for name in names if name not in CELEBA_ATTRIBUTES]
     if unknown:
         raise ValueError(
-            f"{argument}: unknown CelebA attribute(s) {unknown}; valid names are {list(CELEBA_ATTRIBUTES)}"
+            f"{argument}: unknown CelebA attribute(s) {shown(unknown)}; valid names are {list(CELEBA_ATTRIBUTES)}"
         )
+
+
+def _attribute_names(attributes: Any) -> tuple[str, ...]:
+    """``attributes`` (None, a name or a list or tuple of names) as a tuple of known names."""
+    if attributes is None:
+        return tuple(CELEBA_ATTRIBUTES)
+    names = (attributes,) if isinstance(attributes, str) else attributes
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"attributes must be an attribute name or a list of names; got {shown(attributes)}")
+    _check_attribute_names("attributes", names)
+    return tuple(names)
+
+
+def _where(where: Any) -> dict[str, int]:
+    """``where`` (None or a mapping of known attribute names to 0/1 or False/True) as a dict."""
+    if where is None:
+        return {}
+    if not isinstance(where, Mapping):
+        raise ValueError(f"where must be a mapping of attribute names to 0/1, e.g. {{'Eyeglasses': 1}}; got {shown(where)}")
+    _check_attribute_names("where", [str(name) for name in where])
+    bad = {name: value for name, value in where.items() if not isinstance(value, numbers.Integral) or value not in (0, 1)}
+    if bad:
+        raise ValueError(f"where: attribute values must be 0/1 or False/True; got {shown(bad)}")
+    return {name: int(value) for name, value in where.items()}
 
 
 class CelebA(Dataset):
@@ -76,13 +104,8 @@ class CelebA(Dataset):
             raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int; got {size!r}")
-        names = (attributes,) if isinstance(attributes, str) else tuple(attributes or CELEBA_ATTRIBUTES)
-        _check_attribute_names("attributes", names)
-        where = dict(where or {})
-        _check_attribute_names("where", list(where))
-        bad = {name: value for name, value in where.items() if value not in (0, 1)}
-        if bad:
-            raise ValueError(f"where: attribute values must be 0/1 or False/True; got {bad}")
+        names = _attribute_names(attributes)
+        where = _where(where)
 
         root = self._torchvision_root(os.fspath(root))
         import torchvision

@@ -40,13 +40,17 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
+from typing import IO
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from ppl_vae._files import write_atomically
+from ppl_vae._validation import shown
 
 FACTOR_NAMES: tuple[str, ...] = ("color", "shape", "scale", "orientation", "posX", "posY")
 FACTOR_SIZES: tuple[int, ...] = (1, 3, 6, 40, 32, 32)
@@ -223,62 +227,107 @@ def _grid_factors() -> np.ndarray:
     return np.stack([g.reshape(-1) for g in grids], axis=1).astype(np.int64)
 
 
+_MEMBER_KINDS = {"imgs": "biu", "latents_classes": "iu", "latents_values": "f"}
+"""The dtype kinds each array of the original archive may have (numpy ``dtype.kind``)."""
+_MEMBER_SHAPES = {
+    "imgs": (NUM_IMAGES, IMAGE_SIZE, IMAGE_SIZE),
+    "latents_classes": (NUM_IMAGES, len(FACTOR_SIZES)),
+    "latents_values": (NUM_IMAGES, len(FACTOR_SIZES)),
+}
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _member_dtype(member: IO[bytes], path: str, key: str) -> np.dtype:
+    """Read and check the ``.npy`` header of archive member ``key``: the original's shape, a
+    numeric dtype of the member's kind, C order; the data stay unread."""
+    version = np.lib.format.read_magic(member)
+    if version not in _NPY_HEADERS:
+        raise ValueError(f"path: {key!r} in {path!r} is in .npy format {version}, not 1.0 or 2.0")
+    shape, fortran_order, dtype = _NPY_HEADERS[version](member)
+    expected = _MEMBER_SHAPES[key]
+    if shape != expected:
+        raise ValueError(f"path: {key!r} in {path!r} must have shape {expected}; its header declares {shape}")
+    if dtype.kind not in _MEMBER_KINDS[key] or dtype.itemsize == 0 or dtype.hasobject or fortran_order:
+        raise ValueError(
+            f"path: {key!r} in {path!r} must hold C-ordered numbers of kind {_MEMBER_KINDS[key]!r}; its header declares "
+            f"{dtype.str}{' in Fortran order' if fortran_order else ''}"
+        )
+    return dtype
+
+
+def _member_rows(archive: zipfile.ZipFile, path: str, key: str, rows: int = _PACK_CHUNK) -> Iterator[np.ndarray]:
+    """The array ``key`` of the archive, ``rows`` rows at a time, after :func:`_member_dtype`
+    checked its header; a corrupt, truncated or oversized member raises ``ValueError``."""
+    row_shape = _MEMBER_SHAPES[key][1:]
+    try:
+        with archive.open(f"{key}.npy") as member:
+            dtype = _member_dtype(member, path, key)
+            row_bytes = math.prod(row_shape) * dtype.itemsize
+            for start in range(0, NUM_IMAGES, rows):
+                count = min(rows, NUM_IMAGES - start)
+                data = member.read(count * row_bytes)
+                if len(data) != count * row_bytes:
+                    raise ValueError(f"path: {key!r} in {path!r} ends before its {NUM_IMAGES} rows")
+                yield np.frombuffer(data, dtype).reshape(count, *row_shape)
+            if member.read(1):
+                raise ValueError(f"path: {key!r} in {path!r} holds more data than its header declares")
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:
+        raise ValueError(f"path: {key!r} in {path!r} is corrupt ({err})") from err
+
+
+def _member(archive: zipfile.ZipFile, path: str, key: str) -> np.ndarray:
+    """The whole array ``key`` of the archive (:func:`_member_rows`)."""
+    return np.concatenate(list(_member_rows(archive, path, key)))
+
+
 def _load_original(path: str) -> tuple[_PackedImages, dict[str, torch.Tensor] | None]:
-    """Read the original dSprites ``.npz`` into bit-packed storage, checking its layout."""
+    """Read the original dSprites ``.npz`` into bit-packed storage, checking its layout: each
+    member's header (shape, dtype) before its data are read, the factor grid, finite factor
+    values. The images are read and packed a block at a time."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"path: no dSprites file at {path!r} (expected the original {ORIGINAL_FILENAME})")
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        archive = zipfile.ZipFile(path)
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
         raise ValueError(f"path: {path!r} is not a readable .npz archive ({err})") from err
-    if not hasattr(archive, "files"):
-        raise ValueError(
-            f"path: {path!r} holds a single array, expected an .npz with keys 'imgs' and 'latents_classes'"
-        )
     with archive:
-        missing = {"imgs", "latents_classes"} - set(archive.files)
+        keys = {name.removesuffix(".npy") for name in archive.namelist()}
+        missing = {"imgs", "latents_classes"} - keys
         if missing:
-            raise ValueError(f"path: {path!r} lacks the key(s) {sorted(missing)}; it has {sorted(archive.files)}")
-        classes = archive["latents_classes"]
-        if classes.shape != (NUM_IMAGES, len(FACTOR_SIZES)) or not np.array_equal(classes, _grid_factors()):
+            raise ValueError(f"path: {path!r} lacks the key(s) {sorted(missing)}; it has {shown(sorted(keys))}")
+        classes = _member(archive, path, "latents_classes")
+        if not np.array_equal(classes, _grid_factors()):
             raise ValueError(
-                f"path: 'latents_classes' in {path!r} must be the ({NUM_IMAGES}, 6) dSprites grid in row-major "
-                f"order; got shape {classes.shape}"
+                f"path: 'latents_classes' in {path!r} must be the ({NUM_IMAGES}, 6) dSprites grid in row-major order"
             )
-        images = archive["imgs"]
-        if images.shape != (NUM_IMAGES, IMAGE_SIZE, IMAGE_SIZE):
-            raise ValueError(f"path: 'imgs' in {path!r} must have shape ({NUM_IMAGES}, 64, 64); got {images.shape}")
-        packed = np.empty((NUM_IMAGES, _BYTES_PER_IMAGE), dtype=np.uint8)
-        for start in range(0, NUM_IMAGES, _PACK_CHUNK):
-            chunk = images[start : start + _PACK_CHUNK].reshape(-1, IMAGE_SIZE * IMAGE_SIZE)
-            packed[start : start + _PACK_CHUNK] = np.packbits(chunk != 0, axis=1)
         values = None
-        if "latents_values" in archive.files:
-            latent_values = archive["latents_values"]
+        if "latents_values" in keys:
+            latent_values = _member(archive, path, "latents_values")
+            if not np.isfinite(latent_values).all():
+                raise ValueError(f"path: 'latents_values' in {path!r} holds NaN or infinite factor values")
             values = {
                 name: torch.from_numpy(latent_values[np.arange(size) * base, k].astype(np.float64))
                 for k, (name, size, base) in enumerate(zip(FACTOR_NAMES, FACTOR_SIZES, _BASES, strict=False))
             }
+        packed = np.empty((NUM_IMAGES, _BYTES_PER_IMAGE), dtype=np.uint8)
+        start = 0
+        for chunk in _member_rows(archive, path, "imgs"):
+            packed[start : start + len(chunk)] = np.packbits(chunk.reshape(len(chunk), -1) != 0, axis=1)
+            start += len(chunk)
     return _PackedImages(packed), values
 
 
 def _load_or_write_cache(cache_dir: str, renderer: DSpritesRenderer) -> _PackedImages:
     """Memory-map the rendered set from ``cache_dir``, rendering and writing it first if absent."""
-    os.makedirs(cache_dir, exist_ok=True)
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise ValueError(f"cache_dir: {cache_dir!r} is a file, not a folder")
     path = os.path.join(cache_dir, f"dsprites_render_v{RENDER_VERSION}_packed.npy")
     if not os.path.exists(path):
         packed = renderer.render_all_packed()
-        handle, tmp_path = tempfile.mkstemp(dir=cache_dir, suffix=".npy.tmp")
-        try:
-            with os.fdopen(handle, "wb") as file:
-                np.save(file, packed)
-            os.replace(tmp_path, path)
-        except BaseException:
-            os.unlink(tmp_path)
-            raise
+        write_atomically(path, lambda handle: np.save(handle, packed), binary=True)
     try:
         packed = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError) as err:
         raise ValueError(f"cache_dir: {path!r} is not a readable .npy file ({err}); delete it to re-render") from err
     if packed.shape != (NUM_IMAGES, _BYTES_PER_IMAGE) or packed.dtype != np.uint8:
         raise ValueError(

@@ -22,6 +22,7 @@ enough to need the contrastive model.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ppl_vae._validation import shown
 from ppl_vae.data.base import TensorDictDataset
 from ppl_vae.data.mnist import MNIST
 
@@ -50,8 +52,8 @@ def _as_photograph(photo: np.ndarray, where: str) -> np.ndarray:
         )
     if photo.dtype == np.uint8:
         return photo.astype(np.float32) / 255.0
-    if not np.issubdtype(photo.dtype, np.floating) or photo.min() < 0 or photo.max() > 1:
-        raise ValueError(f"{where} must be uint8 or floating-point in [0, 1]; got dtype {photo.dtype}")
+    if not np.issubdtype(photo.dtype, np.floating) or not ((photo >= 0) & (photo <= 1)).all():
+        raise ValueError(f"{where} must be uint8 or floating-point in [0, 1] (no NaN); got dtype {photo.dtype}")
     return photo.astype(np.float32)
 
 
@@ -139,8 +141,8 @@ def _digit_tensors(digits_source: object) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"digits_source images must have shape (N, 1, 28, 28) or (N, 784); got {tuple(images.shape)}")
     if images.dtype == torch.uint8:
         images = images.to(torch.float32) / 255.0
-    elif not images.is_floating_point() or (images.numel() and (images.min() < 0 or images.max() > 1)):
-        raise ValueError(f"digits_source images must be uint8 or floating-point in [0, 1]; got dtype {images.dtype}")
+    elif not images.is_floating_point() or not bool(((images >= 0) & (images <= 1)).all()):
+        raise ValueError(f"digits_source images must be uint8 or floating-point in [0, 1] (no NaN); got dtype {images.dtype}")
     if labels.shape != images.shape[:1] or labels.is_floating_point():
         raise ValueError(
             f"digits_source labels must be ({images.shape[0]},) integers; "
@@ -150,8 +152,9 @@ def _digit_tensors(digits_source: object) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _check_number(name: str, value: object, low: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= low:
-        raise ValueError(f"{name} must be a number >= {low}; got {value!r}")
+    """``value`` as a float, refused unless it is a finite real number (not a bool) >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not low <= value < math.inf:
+        raise ValueError(f"{name} must be a finite number >= {low}; got {shown(value)}")
     return float(value)
 
 

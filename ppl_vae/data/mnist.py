@@ -5,7 +5,7 @@ Where the images come from, first match wins:
 1. ``idx_dir`` (argument): a folder of IDX files (plain or ``.gz``) named as on the original sites,
    e.g. ``train-images-idx3-ubyte`` / ``t10k-labels-idx1-ubyte.gz``; missing files are an error.
 2. The environment variable (``PPL_VAE_MNIST_DIR`` or ``PPL_VAE_FASHION_MNIST_DIR``), used only when
-   that folder holds the files of the requested split.
+   that folder holds the files of the requested split; a variable naming no folder is an error.
 3. torchvision (``root``, downloading there when ``download=True``), with the process-wide default
    socket timeout set to :data:`DOWNLOAD_TIMEOUT_S` seconds during the call (torchvision sets none),
    so an unreachable host fails fast instead of hanging.
@@ -31,8 +31,10 @@ import math
 import os
 import socket
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -52,6 +54,13 @@ BINARIZE_SEEDS = {"train": 0, "test": 1}
 FALLBACK_TRAIN_SIZE = 4000
 FALLBACK_SHUFFLE_SEED = 0
 
+MAX_IDX_BYTES = 2**30
+"""The most data bytes an IDX file may declare (1 GiB; the MNIST training images take 47 MB)."""
+MAX_IDX_DIMENSIONS = 4
+"""The most dimensions an IDX file may declare (images have 3, labels 1)."""
+NUM_CLASSES = 10
+"""MNIST and Fashion-MNIST labels are 0..9."""
+
 _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _IDX_STEMS = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -59,13 +68,20 @@ _IDX_STEMS = {
 }
 
 
-def read_idx(path: str | os.PathLike) -> np.ndarray:
+def read_idx(path: str | os.PathLike, max_bytes: int = MAX_IDX_BYTES) -> np.ndarray:
     """Read an IDX file (the MNIST file format), plain or gzip-compressed.
 
+    The header is read and checked first; only then are the data read, at most the bytes it
+    declares plus one (a gzip stream is decompressed no further), so a small file that
+    declares or unpacks to gigabytes is refused without reading it.
+
     :param path: the file.
+    :param max_bytes: the most data bytes the header may declare.
     :returns: The array, with the shape and element type recorded in the file (native byte order).
     :raises FileNotFoundError: ``path`` does not exist.
-    :raises ValueError: the file is not IDX (wrong magic number) or its size does not match its header.
+    :raises ValueError: the file is not IDX (wrong magic number, more than
+        :data:`MAX_IDX_DIMENSIONS` dimensions), its header declares more than ``max_bytes``,
+        its size does not match its header, or its compressed stream is corrupt.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -74,22 +90,37 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         compressed = file.read(2) == b"\x1f\x8b"
     try:
         with (gzip.open if compressed else open)(path, "rb") as file:
-            data = file.read()
-    except (OSError, EOFError) as err:
+            shape, dtype = _idx_header(file, path, max_bytes)
+            expected = math.prod(shape) * dtype.itemsize
+            data = file.read(expected + 1)
+    except (OSError, EOFError, zlib.error) as err:
         raise ValueError(f"path: cannot decompress {path!r} ({err})") from err
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+    if len(data) != expected:
+        found = f"{len(data)}" if len(data) <= expected else f"more than {expected}"
+        raise ValueError(f"path: {path!r} has {found} data bytes but its header (shape {shape}) implies {expected}")
+    return np.frombuffer(data, dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _idx_header(file: BinaryIO, path: str, max_bytes: int) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and element type an IDX header declares, read from the start of ``file``."""
+    magic = file.read(4)
+    if len(magic) < 4 or magic[0] != 0 or magic[1] != 0 or magic[2] not in _IDX_DTYPES:
         raise ValueError(
-            f"path: {path!r} is not an IDX file: magic number 0x{data[:4].hex()} (expected 0x0000TTDD with "
+            f"path: {path!r} is not an IDX file: magic number 0x{magic.hex()} (expected 0x0000TTDD with "
             f"type TT in {{08, 09, 0b, 0c, 0d, 0e}}, e.g. 0x00000803 for images)"
         )
-    ndim = data[3]
-    header = 4 + 4 * ndim
-    shape = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4)) if len(data) >= header else ()
-    dtype = np.dtype(_IDX_DTYPES[data[2]])
-    expected = header + math.prod(shape) * dtype.itemsize
-    if len(data) < header or len(data) != expected:
-        raise ValueError(f"path: {path!r} has {len(data)} bytes but its header (shape {shape}) implies {expected}")
-    return np.frombuffer(data, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+    ndim = magic[3]
+    if ndim > MAX_IDX_DIMENSIONS:
+        raise ValueError(f"path: {path!r} declares {ndim} dimensions; an IDX file of images or labels has at most {MAX_IDX_DIMENSIONS}")
+    dims = file.read(4 * ndim)
+    if len(dims) != 4 * ndim:
+        raise ValueError(f"path: {path!r} ends inside its header ({ndim} dimensions declared)")
+    shape = tuple(int(d) for d in np.frombuffer(dims, ">u4"))
+    dtype = np.dtype(_IDX_DTYPES[magic[2]])
+    declared = math.prod(max(size, 1) for size in shape) * dtype.itemsize  # an empty axis does not excuse the others
+    if declared > max_bytes:
+        raise ValueError(f"path: {path!r} declares shape {shape}: {declared} bytes, above the {max_bytes} read")
+    return shape, dtype
 
 
 def find_idx_files(idx_dir: str | os.PathLike, split: str) -> tuple[str, str] | None:
@@ -128,6 +159,11 @@ def _read_idx_split(idx_dir: str, split: str) -> tuple[torch.Tensor, torch.Tenso
         raise ValueError(f"idx_dir: {paths[0]!r} must hold (N, 28, 28) uint8 images; got {images.shape} {images.dtype}")
     if labels.shape != images.shape[:1]:
         raise ValueError(f"idx_dir: {paths[1]!r} must hold {images.shape[0]} labels; got shape {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer) or labels.size and not 0 <= labels.min() <= labels.max() < NUM_CLASSES:
+        raise ValueError(
+            f"idx_dir: {paths[1]!r} must hold integer labels in 0..{NUM_CLASSES - 1}; got {labels.dtype} labels "
+            f"from {labels.min() if labels.size else '-'} to {labels.max() if labels.size else '-'}"
+        )
     return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
 
 
@@ -214,7 +250,9 @@ class _IdxImages(TensorDictDataset):
         if idx_dir is not None:
             return (*_read_idx_split(os.fspath(idx_dir), split), "idx")
         env_dir = os.environ.get(self._source.env_var)
-        if env_dir and os.path.isdir(env_dir) and find_idx_files(env_dir, split) is not None:
+        if env_dir and not os.path.isdir(env_dir):
+            raise FileNotFoundError(f"{self._source.env_var}={env_dir!r} names no folder: set it to a folder of IDX files or unset it")
+        if env_dir and find_idx_files(env_dir, split) is not None:
             return (*_read_idx_split(env_dir, split), "idx")
         import torchvision
 

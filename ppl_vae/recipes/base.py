@@ -8,7 +8,6 @@ the run too, so that :func:`ppl_vae.load_run` rebuilds the model without the dat
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae._files import read_json
 from ppl_vae.recipes.registry import Recipe
 from ppl_vae.recipes.settings import config_to_dict
 from ppl_vae.train import RunDirectory, TrainConfig, fit
@@ -76,7 +76,7 @@ def train_recipe(
     if result.global_rank != 0:
         return {}
     if result.already_finished and result.run_dir.metrics_path.is_file():
-        return json.loads(result.run_dir.metrics_path.read_text())  # a finished run resumed changes no file
+        return read_json(result.run_dir.metrics_path, "run metrics")  # a finished run resumed changes no file
     return evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
 
 

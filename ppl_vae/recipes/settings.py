@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ppl_vae._files import MAX_NESTING, NestingError, parse_json, read_json, read_yaml
+from ppl_vae._validation import shown
+
 _INTEGER = re.compile(r"[+-]?\d+")
 _NONE_TEXT = ("null", "none")
 _BOOL_TEXT = {"true": True, "false": False}
@@ -158,7 +161,10 @@ def _convert_int(value: Any, from_text: bool) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if from_text and isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:  # more digits than Python converts
+            raise _Mismatch("an integer of at most 4300 digits") from None
     raise _Mismatch("an integer")
 
 
@@ -184,7 +190,7 @@ def _convert_str(value: Any, from_text: bool) -> str:
     if from_text and len(text) >= 2 and text[0] == text[-1] == '"':
         try:
             return json.loads(text)  # a JSON string, as sweeps pass them
-        except json.JSONDecodeError:
+        except ValueError:
             pass
     return text
 
@@ -205,8 +211,10 @@ def _text_sequence(text: str) -> Any:
     text = text.strip()
     if text.startswith("["):
         try:
-            return json.loads(text)
-        except json.JSONDecodeError:
+            return parse_json(text, "the value")
+        except NestingError:
+            raise _Mismatch(f"a list nested at most {MAX_NESTING} deep") from None
+        except ValueError:
             return text
     return [item.strip() for item in text.split(",")]
 
@@ -215,8 +223,8 @@ def _convert_dict(hint: Any, value: Any, from_text: bool) -> dict:
     key_type, value_type = typing.get_args(hint) or (Any, Any)
     if from_text and isinstance(value, str):
         try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
+            value = parse_json(value, "the value")
+        except ValueError:
             raise _Mismatch(f"a JSON object of {type_name(key_type)}: {type_name(value_type)}") from None
     if not isinstance(value, Mapping):
         raise _Mismatch(f"a mapping of {type_name(key_type)}: {type_name(value_type)}")
@@ -232,7 +240,7 @@ def parse_value(name: str, hint: Any, value: Any, from_text: bool = True) -> Any
         return convert(hint, value, from_text)
     except _Mismatch as mismatch:
         raise SettingError(
-            f"setting {name}: {value!r} is not {mismatch.expected} (type {type_name(hint)})"
+            f"setting {name}: {shown(value)} is not {mismatch.expected} (type {type_name(hint)})"
         ) from None
 
 
@@ -248,7 +256,7 @@ def check_types(config: Any) -> None:
         hint = hints[field.name]
         if is_group(hint):
             if not isinstance(getattr(config, field.name), hint):
-                raise SettingError(f"setting {field.name}: expected a {hint.__name__}, got {getattr(config, field.name)!r}")
+                raise SettingError(f"setting {field.name}: expected a {hint.__name__}, got {shown(getattr(config, field.name))}")
             continue
         setattr(config, field.name, parse_value(field.name, hint, getattr(config, field.name), from_text=False))
 
@@ -256,7 +264,7 @@ def check_types(config: Any) -> None:
 def require(name: str, value: Any, holds: bool, expected: str) -> None:
     """Raise :class:`SettingError` ``"{name} must be {expected}, got {value!r}"`` unless ``holds``."""
     if not holds:
-        raise SettingError(f"{name} must be {expected}, got {value!r}")
+        raise SettingError(f"{name} must be {expected}, got {shown(value)}")
 
 
 def param_docs(cls: type) -> dict[str, str]:
@@ -303,7 +311,7 @@ def config_from_dict(config_class: type, values: Mapping[str, Any], prefix: str 
         type, or a value out of range (naming the setting and the value).
     """
     if not isinstance(values, Mapping):
-        raise SettingError(f"settings {prefix.rstrip('.') or config_class.__name__} must be a mapping, got {values!r}")
+        raise SettingError(f"settings {prefix.rstrip('.') or config_class.__name__} must be a mapping, got {shown(values)}")
     hints = typing.get_type_hints(config_class)
     fields = {field.name for field in dataclasses.fields(config_class)}
     kwargs = {}
@@ -323,6 +331,18 @@ def config_from_dict(config_class: type, values: Mapping[str, Any], prefix: str 
             message = message.removeprefix("setting ")
             raise SettingError(f"setting {prefix}{message}") from None
         raise SettingError(f"{prefix}{message}") from None
+
+
+def config_from_file(config_class: type, values: Any, path: str | Path) -> Any:
+    """:func:`config_from_dict` for the settings read from the file ``path``, whose errors
+    name the file.
+
+    :raises SettingError: as :func:`config_from_dict`, the message starting with ``path``.
+    """
+    try:
+        return config_from_dict(config_class, values)
+    except SettingError as error:
+        raise SettingError(f"{path}: {error}") from None
 
 
 def setting_hint(config_class: type, name: str) -> Any:
@@ -355,9 +375,9 @@ def text_holds_commas(hint: Any) -> bool:
 def unknown_setting(name: str, config_class: type, prefix: str = "") -> SettingError:
     """The error for an unknown setting ``name``, suggesting close names."""
     known = [prefix + setting.name for setting in settings_of(config_class)]
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name[:200], known, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else f"; valid: {', '.join(known)}"
-    return SettingError(f"unknown setting {name!r}{hint}")
+    return SettingError(f"unknown setting {shown(name)}{hint}")
 
 
 def flatten_settings(config_class: type, values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -378,7 +398,7 @@ def flatten_settings(config_class: type, values: Mapping[str, Any], prefix: str 
         elif is_group(hint):
             example = dataclasses.fields(hint)[0].name
             raise SettingError(
-                f"setting {prefix}{head} is a group of settings, got {value!r}; set its members, e.g. {prefix}{head}.{example}"
+                f"setting {prefix}{head} is a group of settings, got {shown(value)}; set its members, e.g. {prefix}{head}.{example}"
             )
         elif rest:
             raise unknown_setting(f"{prefix}{key}", config_class, prefix)
@@ -409,25 +429,17 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
     settings; a run's ``config.json`` (``{"recipe": ..., "config": {...}}``) gives its
     ``config``.
 
-    :raises SettingError: when the file is missing, unreadable or not a mapping.
+    :raises SettingError: when the file is missing, unreadable, not UTF-8, not valid JSON or
+        YAML, nested or (through YAML aliases) expanded beyond the bounds of
+        :func:`~ppl_vae._files.read_json` and :func:`~ppl_vae._files.read_yaml`, or not a mapping.
     """
     path = Path(path)
+    if not path.exists():
+        raise SettingError(f"cannot read config file {str(path)!r}: it does not exist")
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise SettingError(f"cannot read config file {str(path)!r}: {error.strerror or error}") from None
-    try:
-        if path.suffix.lower() == ".json":
-            values = json.loads(text)
-        else:
-            import yaml
-
-            values = yaml.safe_load(text)
-    except ValueError as error:  # json.JSONDecodeError
-        raise SettingError(f"config file {str(path)!r} is not valid JSON: {error}") from None
-    except Exception as error:  # yaml.YAMLError
-        first = " ".join(str(error).split())
-        raise SettingError(f"config file {str(path)!r} is not valid YAML: {first}") from None
+        values = read_json(path, "config file") if path.suffix.lower() == ".json" else read_yaml(path, "config file")
+    except ValueError as error:
+        raise SettingError(str(error)) from None
     if values is None:
         return {}
     if not isinstance(values, Mapping):

@@ -6,12 +6,19 @@ random states, logged history, model and objective class names, architecture), s
 ``torch.load(path, weights_only=True)`` reads it without unpickling arbitrary objects.
 :func:`read_checkpoint` and :func:`~ppl_vae.fit` load with ``weights_only=True`` unless
 asked otherwise.
+
+ppl_vae's checkpoints carry a SHA-256 digest of their weights and optimiser states
+(``checkpoint["ppl_vae"]["digest"]``, :func:`tensor_digest`): torch does not check the CRCs of
+the zip file it writes, so a flipped bit would otherwise load as a changed weight.
+:func:`read_checkpoint` verifies the digest and refuses weights that are NaN or infinite.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +26,10 @@ import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from ppl_vae.train.run_dir import write_atomically
+from ppl_vae._files import write_atomically
+
+DIGESTED = ("state_dict", "optimizer_states")
+"""The parts of a checkpoint whose tensors its digest covers."""
 
 
 class CheckpointError(RuntimeError):
@@ -66,6 +76,55 @@ def _last_line(error: Exception) -> str:
 _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
 
 
+def _tensors(tree: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(path, tensor)`` for every tensor in nested dicts, lists and tuples, in a fixed order."""
+    if isinstance(tree, torch.Tensor):
+        yield where, tree
+    elif isinstance(tree, dict):
+        for key in sorted(tree, key=str):
+            yield from _tensors(tree[key], f"{where}/{key}")
+    elif isinstance(tree, (list, tuple)):
+        for index, item in enumerate(tree):
+            yield from _tensors(item, f"{where}/{index}")
+
+
+def tensor_digest(checkpoint: dict[str, Any]) -> str:
+    """The SHA-256 hex digest of the tensors in the checkpoint's :data:`DIGESTED` parts: each
+    tensor's place, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for part in DIGESTED:
+        for where, tensor in _tensors(checkpoint.get(part), part):
+            data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            digest.update(f"{where}:{tensor.dtype}:{tuple(tensor.shape)}:".encode())
+            digest.update(data.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _check_digest(checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose tensors differ from the digest saved with them (checkpoints
+    of other code, without a digest, pass)."""
+    state = checkpoint.get("ppl_vae")
+    saved = state.get("digest") if isinstance(state, dict) else None
+    if saved is not None and saved != tensor_digest(checkpoint):
+        raise CheckpointError(
+            f"checkpoint {path} is damaged: its weights or optimiser states differ from the digest written "
+            "with them (a changed or corrupted file)"
+        )
+
+
+def _check_finite_weights(checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose ``state_dict`` is not a mapping of names to tensors, or holds
+    a NaN or infinite weight (naming the first such tensor)."""
+    state_dict = checkpoint["state_dict"]
+    if not isinstance(state_dict, dict):
+        raise CheckpointError(f"checkpoint {path}: its state_dict must map names to tensors, got a {type(state_dict).__name__}")
+    for name, tensor in state_dict.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise CheckpointError(f"checkpoint {path}: state_dict entry {name!r} is a {type(tensor).__name__}, not a tensor")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"checkpoint {path}: weight {name!r} holds NaN or infinite values")
+
+
 def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
     """Load a checkpoint dict on the CPU, turning unreadable files into :class:`CheckpointError`.
 
@@ -74,7 +133,8 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         only, never code. ``False`` is for trusted files written by other code or by an
         older ppl_vae (which pickled numpy arrays): unpickling such a file can run any code
         it holds.
-    :raises CheckpointError: for a missing, corrupt or foreign file, and for one holding
+    :raises CheckpointError: for a missing, corrupt or foreign file, one whose tensors differ
+        from its digest, one with a NaN or infinite weight (naming it), and one holding
         objects a weights-only load refuses (naming the first such object).
     """
     path = Path(path)
@@ -95,4 +155,6 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {_last_line(error)}") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} is not a ppl_vae/Lightning checkpoint")
+    _check_finite_weights(checkpoint, path)
+    _check_digest(checkpoint, path)
     return checkpoint

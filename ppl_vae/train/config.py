@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppl_vae._validation import boolean, finite, integer, positive_integer
+from ppl_vae._validation import boolean, finite, integer, positive_integer, shown
 
 PRECISIONS = ("32-true", "bf16-mixed")
 LOGGERS = ("csv", "tensorboard")
@@ -49,11 +49,11 @@ class LRPlateau:
             self.every_n_steps = positive_integer("every_n_steps", self.every_n_steps)
         self.factor = finite("factor", self.factor)
         if not 0 < self.factor < 1:
-            raise ValueError(f"factor must be in (0, 1), got {self.factor!r}")
+            raise ValueError(f"factor must be in (0, 1), got {shown(self.factor)}")
         self.patience = integer("patience", self.patience, minimum=0)
         self.threshold = finite("threshold", self.threshold, low=0.0)
         if self.threshold_mode not in THRESHOLD_MODES:
-            raise ValueError(f"threshold_mode must be one of {THRESHOLD_MODES}, got {self.threshold_mode!r}")
+            raise ValueError(f"threshold_mode must be one of {THRESHOLD_MODES}, got {shown(self.threshold_mode)}")
         self.cooldown = integer("cooldown", self.cooldown, minimum=0)
         self.min_lr = finite("min_lr", self.min_lr, low=0.0)
         self.eps = finite("eps", self.eps, low=0.0)
@@ -156,17 +156,17 @@ class TrainConfig:
         self.seed = integer("seed", self.seed, minimum=0, maximum=2**32 - 1)
         self.lr = finite("lr", self.lr, positive=True)
         if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
-            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+            raise ValueError(f"betas must be two numbers in [0, 1), got {shown(self.betas)}")
         self.betas = tuple(finite("betas", b, low=0.0, high=1.0) for b in self.betas)
         for name in ("amsgrad", "data_on_device", "validate", "replay_loss", "progress_bar"):
             boolean(name, getattr(self, name))
         self.lr_plateau = _plateau_schedules(self.lr_plateau)
         if not isinstance(self.batch_sizes, dict):
-            raise ValueError(f"batch_sizes must be a dict of group -> batch size, got {self.batch_sizes!r}")
+            raise ValueError(f"batch_sizes must be a dict of group -> batch size, got {shown(self.batch_sizes)}")
         for group, size in self.batch_sizes.items():
-            positive_integer(f"batch_sizes[{group!r}]", size)
+            positive_integer(f"batch_sizes[{shown(group)}]", size)
         if isinstance(self.loggers, str):
-            raise ValueError(f"loggers must be a list of names from {LOGGERS}, got the string {self.loggers!r}")
+            raise ValueError(f"loggers must be a list of names from {LOGGERS}, got the string {shown(self.loggers)}")
         self.loggers = tuple(self.loggers)
         unknown = [name for name in self.loggers if name not in LOGGERS]
         if unknown or len(set(self.loggers)) != len(self.loggers):
@@ -176,15 +176,15 @@ class TrainConfig:
         self.binarize = tuple(self.binarize)
         for name in ("device", "strategy"):
             if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be a string, got {shown(getattr(self, name))}")
         if self.device not in ("cpu", "cuda", "auto"):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {shown(self.device)}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {shown(self.precision)}")
         if self.replay_loss:
             conflicts = {
                 "validate=True": self.validate,
-                f"precision={self.precision!r}": self.precision != "32-true",
+                f"precision={shown(self.precision)}": self.precision != "32-true",
                 "more than one process": self.devices * self.num_nodes > 1,
             }
             named = [name for name, conflict in conflicts.items() if conflict]
@@ -199,20 +199,20 @@ class TrainConfig:
 def _plateau_schedules(schedules: Any) -> dict[str, LRPlateau]:
     """``lr_plateau`` as ``{step name: LRPlateau}``; mappings of fields become :class:`LRPlateau`."""
     if not isinstance(schedules, Mapping):
-        raise ValueError(f"lr_plateau must be a dict of step name -> LRPlateau, got {schedules!r}")
+        raise ValueError(f"lr_plateau must be a dict of step name -> LRPlateau, got {shown(schedules)}")
     checked = {}
     for name, schedule in schedules.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"lr_plateau's keys must be step names ('elbo', 'classifier', ...), got {name!r}")
+            raise ValueError(f"lr_plateau's keys must be step names ('elbo', 'classifier', ...), got {shown(name)}")
         if isinstance(schedule, Mapping):
             unknown = set(schedule) - {f.name for f in dataclasses.fields(LRPlateau)}
             if unknown:
-                raise ValueError(f"lr_plateau[{name!r}] has unknown fields {sorted(unknown)}")
+                raise ValueError(f"lr_plateau[{shown(name)}] has unknown fields {sorted(unknown)}")
             try:
                 schedule = LRPlateau(**schedule)
             except ValueError as error:
-                raise ValueError(f"lr_plateau[{name!r}]: {error}") from None
+                raise ValueError(f"lr_plateau[{shown(name)}]: {error}") from None
         if not isinstance(schedule, LRPlateau):
-            raise ValueError(f"lr_plateau[{name!r}] must be an LRPlateau or a mapping of its fields, got {schedule!r}")
+            raise ValueError(f"lr_plateau[{shown(name)}] must be an LRPlateau or a mapping of its fields, got {shown(schedule)}")
         checked[name] = schedule
     return checked

@@ -19,14 +19,14 @@ from lightning.pytorch.utilities import disable_possible_user_warnings
 from pyro import poutine
 from torch import nn
 
-from ppl_vae._validation import boolean
+from ppl_vae._validation import boolean, shown
 from ppl_vae.infer.observations import check_observations_in_support
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import SetupAgreement, launch_rank, launched_by_a_launcher, training_strategy
 from ppl_vae.train.metrics import CSVMetricsLogger, write_metrics_table
-from ppl_vae.train.module import SVIModule, architecture
+from ppl_vae.train.module import SVIModule, architecture, random_states, set_random_states
 from ppl_vae.train.run_dir import RunDirectory
 
 _LIGHTNING_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
@@ -111,8 +111,15 @@ def _quiet_lightning() -> Iterator[None]:
 
 
 def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
+    """Refuse a checkpoint that another model, objective or configuration wrote, or that this
+    run cannot continue from; then restore its weights and optimiser states into ``module``
+    and check its random states and history, so that a resume fails here, before any file of
+    the run is touched, rather than in Lightning after ``metrics.csv`` was rewritten.
+
+    :raises CheckpointError: naming the checkpoint and what is wrong with it.
+    """
     state = checkpoint.get("ppl_vae")
-    if state is None:
+    if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {checkpoint_path} was not written by ppl_vae")
     expected = (type(module.model).__qualname__, type(module.objective).__qualname__)
     found = (state.get("model_class"), state.get("objective_class"))
@@ -122,18 +129,92 @@ def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, modul
             f"not a {expected[0]} with {expected[1]}"
         )
     if state.get("architecture") != architecture(module):
-        saved, current = state.get("architecture", {}), architecture(module)
+        saved, current = state.get("architecture"), architecture(module)
+        saved = saved if isinstance(saved, dict) else {}
         differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         raise CheckpointError(
             f"checkpoint {checkpoint_path} was written by a model of another configuration: "
             f"parameters that differ: {differing[:6]}"
         )
     iteration = state.get("iteration")
-    if not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
         raise CheckpointError(
-            f"checkpoint {checkpoint_path} holds iteration {iteration!r}, not one of the "
+            f"checkpoint {checkpoint_path} holds iteration {shown(iteration)}, not one of the "
             f"{module.batches.num_batches} steps of this run: resume with the run's own steps"
         )
+    if not isinstance(checkpoint.get("pytorch-lightning_version"), str) or not isinstance(checkpoint.get("loops", {}), dict):
+        raise CheckpointError(f"checkpoint {checkpoint_path} lacks Lightning's version or loop states: not a training checkpoint")
+    _check_history(state.get("history"), checkpoint_path)
+    _check_random_states(state.get("rng"), checkpoint_path)
+    _restore_weights_and_optimisers(checkpoint, checkpoint_path, module)
+    try:
+        module.on_load_checkpoint(checkpoint)
+    except Exception as error:  # a plateau state or iteration of the wrong form fails in many ways
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path}: its ppl_vae state cannot be restored ({type(error).__name__}: "
+            f"{shown(str(error), 200)})"
+        ) from None
+
+
+def _check_history(history: Any, checkpoint_path: Path) -> None:
+    """Refuse a logged history that is not a list of rows ``{"step": int, term: number}`` with increasing steps."""
+    if not isinstance(history, list):
+        raise CheckpointError(f"checkpoint {checkpoint_path}: its history must be a list of logged rows, got {shown(history)}")
+    previous = -1
+    for number, row in enumerate(history):
+        step = row.get("step") if isinstance(row, dict) else None
+        values_are_numbers = isinstance(row, dict) and all(
+            isinstance(value, (int, float)) and not isinstance(value, bool) for value in row.values()
+        )
+        if isinstance(step, bool) or not isinstance(step, int) or step <= previous or not values_are_numbers:
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path}: history row {number} must map 'step' (an integer above the "
+                f"previous row's) and terms to numbers, got {shown(row)}"
+            )
+        previous = step
+
+
+def _check_random_states(states: Any, checkpoint_path: Path) -> None:
+    """Refuse random states (one, or one per process) that torch, numpy or Python cannot take:
+    each is set, then this process's own state is put back."""
+    own = random_states()
+    try:
+        for state in states if isinstance(states, list) else [states]:
+            set_random_states(state)
+    except Exception as error:  # a state of the wrong type or size fails in torch, numpy or random
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path}: its random states cannot be restored ({type(error).__name__}: "
+            f"{shown(str(error), 200)})"
+        ) from None
+    finally:
+        set_random_states(own)
+
+
+def _restore_weights_and_optimisers(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
+    """Load the checkpoint's weights and optimiser states into ``module`` and its optimisers
+    (Lightning loads the same ones again when training starts), and check that the plateau
+    schedules it needs have states."""
+    try:
+        module.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, KeyError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint_path} does not fit the model: {shown(str(error), 300)}") from None
+    optimizers = list(module.training_iteration.optimizers)
+    states = checkpoint.get("optimizer_states")
+    if not isinstance(states, list) or len(states) != len(optimizers):
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} must hold the states of {len(optimizers)} optimiser(s), got "
+            f"{shown(states) if states is not None else 'none'}: it was not written by a training run"
+        )
+    for index, (optimizer, optimizer_state) in enumerate(zip(optimizers, states, strict=True)):
+        try:
+            optimizer.load_state_dict(optimizer_state)
+        except Exception as error:  # torch raises KeyError, ValueError, TypeError for foreign states
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path}: the state of optimiser {index} does not fit it "
+                f"({type(error).__name__}: {shown(str(error), 200)})"
+            ) from None
+    if module.plateau.names and not isinstance(checkpoint.get("lr_schedulers"), list):
+        raise CheckpointError(f"checkpoint {checkpoint_path} lacks the states of the lr_plateau schedules")
 
 
 def _configured(config: TrainConfig | None, overrides: Mapping[str, Any]) -> TrainConfig:
@@ -254,18 +335,35 @@ def _set_up(
 def _prepare_run_directory(
     run: RunDirectory, config: TrainConfig, checkpoint: Mapping[str, Any] | None, extra_config: Mapping[str, Any] | None
 ) -> None:
-    """Remove what a killed process left; for a new run, the earlier run's checkpoints and
-    TensorBoard events, then write ``config.json``; make ``metrics.csv`` hold the rows of the
-    checkpoint resumed from (none for a new run). A finished run resumed is left as it is."""
+    """For a new run: remove what a killed process left, the earlier run's checkpoints,
+    TensorBoard events and ``metrics.csv``, then write ``config.json``. A resume writes nothing
+    here: :class:`_ResumedRunFiles` brings its files in line once Lightning restored the checkpoint."""
+    if checkpoint is not None:
+        return
     run.remove_temporary_files()
-    history: list[dict[str, float]] = []
-    if checkpoint is None:
-        for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
-            stale.unlink()
-        run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
-    else:
-        history = list(checkpoint["ppl_vae"]["history"])
-    write_metrics_table(run.metrics_csv, history if "csv" in config.loggers else [])
+    for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
+        stale.unlink()
+    run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
+    write_metrics_table(run.metrics_csv, [])
+
+
+class _ResumedRunFiles(L.Callback):
+    """On a resume, when training starts (Lightning has restored the weights, optimiser and
+    loop states by then, so a checkpoint it cannot use has changed no file), rank 0 removes
+    what a killed process left and makes ``metrics.csv`` hold the checkpoint's rows.
+
+    :param run: the run directory.
+    :param rows: the rows ``metrics.csv`` must hold (none when the run does not log to it).
+    """
+
+    def __init__(self, run: RunDirectory, rows: Sequence[Mapping[str, float]]) -> None:
+        self.run = run
+        self.rows = rows
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.run.remove_temporary_files()
+            write_metrics_table(self.run.metrics_csv, self.rows)
 
 
 def _loggers(config: TrainConfig, setup: _Setup) -> list[Logger]:
@@ -386,6 +484,9 @@ def fit(
         callbacks.insert(0, SetupAgreement(failure))
     if setup.run is not None:
         callbacks.append(IterationCheckpoint(setup.run.last_checkpoint))
+    if setup.checkpoint is not None:
+        rows = setup.checkpoint["ppl_vae"]["history"] if "csv" in config.loggers else []
+        callbacks.append(_ResumedRunFiles(setup.run, rows))
     with _quiet_lightning():
         trainer = L.Trainer(
             accelerator=_accelerator(config.device),

@@ -23,7 +23,8 @@ from typing import Any
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from ppl_vae.train.run_dir import write_atomically
+from ppl_vae._files import read_text, write_atomically
+from ppl_vae._validation import shown
 
 __all__ = ["CSVMetricsLogger", "metrics_table_text", "read_training_metrics", "write_metrics_table"]
 
@@ -59,7 +60,7 @@ def write_metrics_table(path: str | os.PathLike, rows: Sequence[Mapping[str, flo
     if not text:
         path.unlink(missing_ok=True)
         return
-    if path.is_file() and path.read_text() == text:
+    if path.is_file() and path.read_bytes() == text.encode():
         return
     write_atomically(path, lambda handle: handle.write(text))
 
@@ -75,29 +76,49 @@ def read_training_metrics(run_dir: str | os.PathLike) -> dict[str, list[float]]:
         where a row lacks the term. Every list has the same length; an empty file gives
         ``{"step": []}``.
     :raises FileNotFoundError: if there is no ``metrics.csv``.
-    :raises ValueError: if the file is not a metrics table.
+    :raises ValueError: naming the file (and line), if it is not a file, not UTF-8 text, not
+        a metrics table (header without ``step`` first, a column named twice, a row of another
+        length, a cell that is not a number, steps that do not increase) or its last line was
+        cut short (no line end).
     """
     path = Path(run_dir)
     if path.is_dir():
         path = path / METRICS_CSV
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: the run logged no metrics there")
-    rows = list(csv.reader(io.StringIO(path.read_text())))
+    text = read_text(path, "metrics table")
+    if text and not text.endswith("\n"):
+        raise ValueError(
+            f"{path}: its last line is incomplete (no line end): a write was cut short; resuming the run rewrites the file"
+        )
+    try:
+        rows = list(csv.reader(io.StringIO(text)))
+    except csv.Error as error:
+        raise ValueError(f"{path} is not a metrics table: {error}") from None
     if not rows:
         return {"step": []}
     header, body = rows[0], rows[1:]
     if not header or header[0] != "step":
-        raise ValueError(f"{path} is not a metrics table: its header {header[:3]} does not start with 'step'")
+        raise ValueError(f"{path} is not a metrics table: its header {shown(header[:3])} does not start with 'step'")
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{path}: its header names the column(s) {shown(repeated)} more than once")
     table: dict[str, list[float]] = {name: [] for name in header}
     for number, row in enumerate(body, start=2):
         if len(row) != len(header):
             raise ValueError(f"{path} line {number} has {len(row)} cells, the header {len(header)}")
         try:
-            table["step"].append(int(row[0]))
-            for name, cell in zip(header[1:], row[1:], strict=True):
-                table[name].append(float(cell) if cell else math.nan)
-        except ValueError as error:
-            raise ValueError(f"{path} line {number} holds a cell that is not a number: {error}") from error
+            step = int(row[0]) if len(row[0]) <= 20 else None
+            values = [float(cell) if cell else math.nan for cell in row[1:]]
+        except ValueError:
+            step = None
+        if step is None or any(len(cell) > 40 for cell in row):
+            raise ValueError(f"{path} line {number} holds a cell that is not a number: {shown(row)}")
+        if table["step"] and step <= table["step"][-1]:
+            raise ValueError(f"{path} line {number}: step {step} does not follow step {table['step'][-1]} (steps must increase)")
+        table["step"].append(step)
+        for name, value in zip(header[1:], values, strict=True):
+            table[name].append(value)
     return table
 
 

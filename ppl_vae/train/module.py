@@ -25,6 +25,7 @@ from ppl_vae.infer.replay import ReplayedLoss, batch_signature
 from ppl_vae.infer.schedules import set_training_step
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
+from ppl_vae.train.checkpoint import tensor_digest
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
 from ppl_vae.train.lr_schedules import PlateauSchedules
@@ -34,7 +35,7 @@ class NonFiniteLossError(FloatingPointError):
     """A loss or gradient became NaN or infinite; the message names the step and terms."""
 
 
-def _rng_state() -> dict[str, Any]:
+def random_states() -> dict[str, Any]:
     """The random states, as tensors and plain data (a weights-only checkpoint holds them)."""
     numpy_state = np.random.get_state(legacy=False)
     key = torch.from_numpy(numpy_state["state"]["key"].astype(np.int64))
@@ -48,8 +49,8 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
-    """Restore :func:`_rng_state`'s states (numpy's also in the tuple form of older checkpoints)."""
+def set_random_states(state: dict[str, Any]) -> None:
+    """Restore :func:`random_states`'s states (numpy's also in the tuple form of older checkpoints)."""
     torch.set_rng_state(state["torch"])
     numpy_state = state["numpy"]
     if isinstance(numpy_state, dict):
@@ -271,9 +272,9 @@ class SVIModule(L.LightningModule):
         """Restore the checkpoint's random state (or seed this process) and hand Lightning's optimiser wrappers to the training iteration."""
         world_size = self.trainer.world_size
         if isinstance(self._pending_rng, list) and len(self._pending_rng) == world_size:
-            _set_rng_state(self._pending_rng[self.global_rank])
+            set_random_states(self._pending_rng[self.global_rank])
         elif self._pending_rng is not None and world_size == 1:
-            _set_rng_state(self._pending_rng)
+            set_random_states(self._pending_rng)
         elif world_size > 1:
             seed_process(self.config.seed + self.iteration)
         self._pending_rng = None
@@ -284,13 +285,15 @@ class SVIModule(L.LightningModule):
     def _rng_states(self) -> dict[str, Any] | list[dict[str, Any]]:
         """This process's random state, or every process's (in rank order) under DDP."""
         if self.trainer.world_size == 1:
-            return _rng_state()
+            return random_states()
         states: list[Any] = [None] * self.trainer.world_size
-        dist.all_gather_object(states, _rng_state())
+        dist.all_gather_object(states, random_states())
         return states
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Add the iteration, every process's random state, the history and what identifies the model and objective."""
+        """Add the iteration, every process's random state, the history, what identifies the
+        model and objective, and the digest of the weights and optimiser states
+        (:func:`~ppl_vae.train.checkpoint.tensor_digest`)."""
         checkpoint["ppl_vae"] = {
             "iteration": self.iteration,
             "rng": self._rng_states(),
@@ -299,6 +302,7 @@ class SVIModule(L.LightningModule):
             "objective_class": type(self.objective).__qualname__,
             "architecture": architecture(self),
             "lr_plateau": self.plateau.state_dict(reduce=mean_over_processes),
+            "digest": tensor_digest(checkpoint),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -11,15 +11,16 @@ Layout::
 
 Every file but ``metrics.csv`` (appended row by row) and the TensorBoard events is written
 whole to a temporary ``.NAME.*.tmp`` file beside it and renamed over it; a process killed
-mid-write leaves such a temporary file, which the next run in the folder removes.
+mid-write leaves such a temporary file, which the next run in the folder removes. The rename
+replaces a symbolic link instead of writing through it, and a run folder whose files or folders
+are symbolic links leading outside it is refused (:meth:`RunDirectory.check_links`), so
+nothing is written outside the run.
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
-import tempfile
-from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +29,7 @@ import lightning
 import pyro
 import torch
 
+from ppl_vae._files import check_stays_within, read_json, write_atomically
 from ppl_vae._validation import boolean
 from ppl_vae._version import __version__
 
@@ -36,34 +38,15 @@ class RunDirectoryExistsError(FileExistsError):
     """The run directory holds a previous run and neither overwrite nor resume was asked."""
 
 
-def write_atomically(path: str | os.PathLike, write: Callable[[IO], None], binary: bool = False) -> None:
-    """Write the file at ``path`` through ``write(handle)`` atomically: a temporary file in the
-    same folder (readable by others, as a plain write would leave it), ``fsync``, rename. A
-    reader sees the old file or the new one, never a part; an interrupted write leaves only a
-    ``.<name>.*.tmp`` file, which :meth:`RunDirectory.remove_temporary_files` clears."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0o600 would hide the file from other users
-        with os.fdopen(fd, "wb" if binary else "w") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: str | os.PathLike, payload: Any) -> None:
-    """Write ``payload`` as indented JSON via a temporary file and a rename."""
+def write_json_atomic(path: str | os.PathLike, payload: Any, within: str | os.PathLike | None = None) -> None:
+    """Write ``payload`` as indented JSON via a temporary file and a rename
+    (:func:`~ppl_vae._files.write_atomically`, staying ``within`` that folder)."""
 
     def write(handle: IO) -> None:
         json.dump(payload, handle, indent=2, sort_keys=True, default=str)
         handle.write("\n")
 
-    write_atomically(path, write)
+    write_atomically(path, write, within=within)
 
 
 def versions() -> dict[str, str]:
@@ -84,12 +67,18 @@ class RunDirectory:
     :param overwrite: allow reusing a folder that already holds a run (its files are
         replaced as the new run writes them).
     :param resume: the folder must hold a run with a checkpoint to continue.
+    :param create: make the ``checkpoints`` and ``pictures`` folders (for a run that trains or
+        evaluates); ``False`` opens the folder as it is and writes nothing.
+    :raises ppl_vae._files.UnsafePathError: one of the run's files or folders is a symbolic
+        link leading outside the run folder (the library would write through it).
     """
 
-    def __init__(self, path: str | os.PathLike, overwrite: bool = False, resume: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, overwrite: bool = False, resume: bool = False, create: bool = True) -> None:
         boolean("overwrite", overwrite)
         boolean("resume", resume)
+        boolean("create", create)
         self.path = Path(path)
+        self.check_links()
         if resume:
             if not self.last_checkpoint.is_file():
                 raise FileNotFoundError(
@@ -100,8 +89,24 @@ class RunDirectory:
                 f"run_dir {self.path} already holds a run; pass overwrite=True "
                 "(--overwrite) to replace it or resume=True (--resume) to continue it"
             )
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        self.pictures.mkdir(parents=True, exist_ok=True)
+        if create:
+            for folder in (self.checkpoints, self.pictures):
+                if folder.exists() and not folder.is_dir():
+                    raise ValueError(f"{folder} must be a folder of the run, but it is a file")
+                folder.mkdir(parents=True, exist_ok=True)
+
+    def check_links(self) -> None:
+        """Refuse a run folder where a file or folder the library writes (``config.json``,
+        ``metrics.csv``, ``metrics.json``, ``checkpoints/``, ``pictures/`` and each picture,
+        ``tensorboard/``) is a symbolic link leading outside it.
+
+        :raises ppl_vae._files.UnsafePathError: naming the link and where it leads.
+        """
+        written = [self.config_path, self.metrics_csv, self.metrics_path, self.last_checkpoint, self.tensorboard]
+        if self.pictures.is_dir():
+            written += sorted(self.pictures.iterdir())
+        for path in [*written, self.pictures]:
+            check_stays_within(path, self.path)
 
     @property
     def config_path(self) -> Path:
@@ -153,15 +158,22 @@ class RunDirectory:
         payload = dict(config)
         payload["versions"] = versions()
         payload["created"] = datetime.now(timezone.utc).isoformat()
-        write_json_atomic(self.config_path, payload)
+        write_json_atomic(self.config_path, payload, within=self.path)
 
     def read_config(self) -> dict[str, Any]:
-        """The settings saved by :meth:`write_config`."""
-        if not self.config_path.is_file():
+        """The settings saved by :meth:`write_config`.
+
+        :raises FileNotFoundError: no ``config.json``.
+        :raises ValueError: naming the file, when it is empty, not UTF-8, not JSON, nested too
+            deeply (:func:`~ppl_vae._files.read_json`) or not a JSON object.
+        """
+        if not self.config_path.exists():
             raise FileNotFoundError(f"{self.config_path} does not exist: not a run directory")
-        with open(self.config_path) as handle:
-            return json.load(handle)
+        settings = read_json(self.config_path, "run config")
+        if not isinstance(settings, dict):
+            raise ValueError(f"run config {self.config_path} must hold a JSON object, got a {type(settings).__name__}")
+        return settings
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
         """Save final figures to ``metrics.json``."""
-        write_json_atomic(self.metrics_path, metrics)
+        write_json_atomic(self.metrics_path, metrics, within=self.path)

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
+from ppl_vae._files import check_stays_within, read_json, write_atomically
 from ppl_vae._validation import integer, positive_integer
 from ppl_vae.train.run_dir import write_json_atomic
 
@@ -172,8 +173,11 @@ def _finish(job: SweepJob, returncode: int, started: float) -> None:
     job.seconds = time.perf_counter() - started
     metrics_path = job.run_dir / "metrics.json"
     if returncode == 0 and metrics_path.is_file():
-        job.status = "ok"
-        job.metrics = flatten_metrics(json.loads(metrics_path.read_text()))
+        try:
+            job.metrics = flatten_metrics(read_json(metrics_path, "run metrics"))
+            job.status = "ok"
+        except ValueError as error:
+            job.status = f"failed ({error})"
     else:
         job.status = f"failed (exit {returncode}; see {job.run_dir / 'sweep.log'})"
 
@@ -199,6 +203,7 @@ def run_sweep(
         while waiting and free:
             job, slot = waiting.pop(0), free.pop(0)
             job.run_dir.mkdir(parents=True, exist_ok=True)
+            check_stays_within(job.run_dir / "sweep.log", job.run_dir)  # a log stream, not written atomically
             log = open(job.run_dir / "sweep.log", "w")
             process = subprocess.Popen(
                 job.command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **slot}
@@ -232,7 +237,9 @@ def run_sweep(
 def _write_csv(jobs: Sequence[SweepJob], path: Path) -> None:
     settings = list(dict.fromkeys(key for job in jobs for key in job.settings))
     metrics = sorted({name for job in jobs for name in job.metrics})
-    with open(path, "w", newline="") as handle:
+
+
+    def write(handle: TextIO) -> None:
         writer = csv.writer(handle)
         writer.writerow([*settings, "seed", "status", "seconds", *metrics])
         for job in jobs:
@@ -241,6 +248,8 @@ def _write_csv(jobs: Sequence[SweepJob], path: Path) -> None:
                 + [job.seed, job.status, round(job.seconds, 1)]
                 + [job.metrics.get(name, "") for name in metrics]
             )
+
+    write_atomically(path, write)
 
 
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:

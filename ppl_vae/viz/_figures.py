@@ -11,6 +11,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ppl_vae._files import write_atomically
+
 
 def as_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
     """A tensor or array as a NumPy array on the CPU."""
@@ -46,13 +48,17 @@ def axes_list(ax: Axes | Sequence[Axes] | np.ndarray, count: int, argument: str 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     """Lay out ``fig``, write it to ``path`` (folders created, format from the suffix, 100
-    dpi) and return the path. A figure pyplot knows is closed afterwards."""
+    dpi) and return the path. A figure pyplot knows is closed afterwards.
+
+    The file is written atomically (:func:`~ppl_vae._files.write_atomically`): a symbolic link
+    at ``path`` is replaced, never written through, and one leading outside its folder is
+    refused (:class:`~ppl_vae._files.UnsafePathError`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     engine = getattr(fig, "get_layout_engine", lambda: None)()
     if engine is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    image_format = path.suffix[1:].lower() or None
+    write_atomically(path, lambda handle: fig.savefig(handle, format=image_format, dpi=100), binary=True)
     if fig.canvas.manager is not None:
         import matplotlib.pyplot as plt
 
