@@ -28,7 +28,6 @@ observed site, as Pyro does for every observed site.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +37,8 @@ import torch
 from pyro import poutine
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.trace_struct import Trace
-from tqdm import tqdm
 
+from ppl_vae._progress import Progress
 from ppl_vae.infer.observations import check_observations_in_support
 
 Statistic = Callable[[torch.Tensor], torch.Tensor]
@@ -343,11 +342,6 @@ def _statistics_by_site(
     return {site: dict(statistics[site]) if site in statistics else default_statistics(observed[site]) for site in sites}
 
 
-def _progress(iterable, total: int, enabled: bool, description: str):
-    """``iterable`` with a tqdm bar when ``enabled`` and stderr is a terminal."""
-    return tqdm(iterable, total=total, desc=description, disable=not (enabled and sys.stderr.isatty()), leave=False)
-
-
 class _Draws:
     """What each replicate contributes, collected per site over the S replicates."""
 
@@ -403,7 +397,8 @@ def posterior_predictive_check(
     :param seed: seed of the draws (the result repeats exactly).
     :param keep_replicates: how many replicate data sets to return (for pictures; all of them
         for :meth:`PPCResult.to_inference_data` to hold the data itself).
-    :param progress: a progress bar over the replicates (shown only when stderr is a terminal).
+    :param progress: show the progress over the replicates: a bar when stderr is a terminal,
+        else a start and a finish line with the time.
     :param sites: the observed sites to replicate; default: those that observe a tensor of
         ``data`` (:func:`data_sites`). Every other observed site stays observed.
     :returns: mid-p values ``P(T(x_rep) > T(x)) + 1/2 P(T(x_rep) = T(x))`` per element.
@@ -428,10 +423,12 @@ def posterior_predictive_check(
             draws = _Draws(replicated, keep_replicates)
             per_replicate = []
             replicate_model = replicate_sites(replicated)(model.model)
-            for _ in _progress(range(num_samples), num_samples, progress, "posterior predictive check"):
-                guide_trace = poutine.trace(model.guide).get_trace(**data)
-                model_trace = poutine.trace(poutine.replay(replicate_model, trace=guide_trace)).get_trace(**data)
-                per_replicate.append(draws.add(guide_trace, model_trace, by_site))
+            with Progress(num_samples, "posterior predictive check", progress, "replicates") as bar:
+                for _ in range(num_samples):
+                    guide_trace = poutine.trace(model.guide).get_trace(**data)
+                    model_trace = poutine.trace(poutine.replay(replicate_model, trace=guide_trace)).get_trace(**data)
+                    per_replicate.append(draws.add(guide_trace, model_trace, by_site))
+                    bar.update()
     finally:
         model.train(was_training)
     for site in replicated:

@@ -115,15 +115,33 @@ def _print_figures(figures: dict[str, Any], run_dir: Path) -> None:
     print(f"run directory: {run_dir.resolve()}")
 
 
+class _StderrLines(logging.Handler):
+    """Each log record as one line ``[HH:MM:SS] message`` on the current ``sys.stderr``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"[{time.strftime('%H:%M:%S', time.localtime(record.created))}] {record.getMessage()}",
+              file=sys.stderr, flush=True)
+
+
+def _show_library_messages() -> None:
+    """The library's INFO messages (what a run evaluates, how long it took) on stderr."""
+    logger = logging.getLogger("ppl_vae")
+    logger.setLevel(logging.INFO)
+    if not any(isinstance(handler, _StderrLines) for handler in logger.handlers):
+        logger.addHandler(_StderrLines())
+
+
 def _engine(args: argparse.Namespace) -> ModuleType:
     """:mod:`ppl_vae.recipes.base` (torch, Pyro, Lightning: seconds to import), with
-    Lightning's info messages off and ``--threads`` applied."""
+    Lightning's info messages off, the library's on (:func:`_show_library_messages`) and
+    ``--threads`` applied."""
     import torch
 
     from ppl_vae.recipes import base
 
     for name in ("lightning.pytorch", "lightning.fabric"):  # after Lightning set them up
         logging.getLogger(name).setLevel(logging.WARNING)
+    _show_library_messages()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     return base

@@ -1,4 +1,5 @@
 """Posterior predictive checks: replicates come from the model, p-values behave."""
+import re
 import sys
 
 import numpy as np
@@ -104,11 +105,14 @@ def test_inference_data_leaves_out_sites_whose_replicates_were_not_all_kept(x):
     assert "x.point_means" in idata.posterior_predictive
 
 
-def test_progress_bar_shows_on_a_terminal_only_and_when_asked(x, capsys, monkeypatch):
+def test_progress_is_a_bar_on_a_terminal_two_timed_lines_elsewhere_and_nothing_when_off(x, capsys, monkeypatch):
     posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
-    assert "posterior predictive check" not in capsys.readouterr().err
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    started, finished = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] posterior predictive check: started, 2 replicates", started)
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] posterior predictive check: done in \d+\.\d s", finished)
     posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, progress=False)
-    assert "posterior predictive check" not in capsys.readouterr().err
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
-    assert "posterior predictive check" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "posterior predictive check" in err and "started" not in err

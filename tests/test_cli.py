@@ -1,5 +1,6 @@
 """The ppl-vae command line: train, resume, evaluate, demo, and one-line errors."""
 import json
+import re
 
 import pytest
 
@@ -22,6 +23,15 @@ def test_train_writes_a_complete_run_directory_and_evaluate_rereads_it(tmp_path,
     assert str(run.resolve()) in capsys.readouterr().out
     assert main(["evaluate", str(run)]) == 0
     assert json.loads((run / "metrics.json").read_text())["elbo_per_point"] == pytest.approx(metrics["elbo_per_point"])
+
+
+def test_train_says_what_it_evaluates_and_how_long_it_took(tmp_path, capsys):
+    assert main(["train", "vae", "--run-dir", str(tmp_path / "run"), *TINY]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] evaluating: ELBO per point and a posterior predictive check .*"
+                     r"Factor score \(10 votes\)$", err, re.M), err
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] posterior predictive check: done in \d+\.\d s$", err, re.M), err
+    assert re.search(r"^\[\d\d:\d\d:\d\d\] evaluated in \d+\.\d s; metrics and pictures in ", err, re.M), err
 
 
 def test_resuming_a_finished_run_from_the_command_line_changes_no_file(tmp_path):

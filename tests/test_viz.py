@@ -169,3 +169,44 @@ def test_contrastive_pictures_are_written(tmp_path):
     assert {p.name for p in tmp_path.iterdir()} == {"salient.png", "denoised.png", "salient_samples.png"}
     shown = for_display(torch.full((2, 1, 4, 4), 0.25))
     assert torch.allclose(shown, torch.ones_like(shown))
+
+
+def test_traversal_rows_are_named_after_their_dimensions():
+    decode = lambda z: torch.sigmoid(z.sum(1)).reshape(-1, 1, 1, 1).expand(-1, 1, 4, 4)  # noqa: E731
+    fig = plot_traversals(decode, torch.zeros(3), dims=[0, 2], values=torch.linspace(-1, 1, 5))
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["z[0]", "z[2]"]
+    fig = plot_traversals(decode, torch.zeros(3), dim_names=["a", "b", "c"])
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="dim_names must name each of the 3 dimensions"):
+        plot_traversals(decode, torch.zeros(3), dim_names=["a"])
+    with pytest.raises(ValueError, match="row_labels must name each of the 2 rows"):
+        plot_image_grid(torch.rand(16, 1, 4, 4), 8, row_labels=["one"])
+
+
+def test_parted_traversal_rows_say_which_are_z_and_which_u_and_class_priors_name_their_dimensions():
+    from ppl_vae.models.parted import PartedVAE
+    from ppl_vae.viz.parted import latent_names, plot_class_priors
+
+    model = PartedVAE.mlp((1, 8, 8), z_dim=2, num_classes=[3, 2], u_dims=[3, 1], hidden=(16,))
+    assert latent_names(model) == ["z[0]", "z[1]", "u0[0]", "u0[1]", "u0[2]", "u1[0]"]
+    fig = plot_class_priors(model)
+    two_d, one_d = fig.axes
+    assert "dimensions 0 and 1 of 3" in two_d.get_title()
+    assert (two_d.get_xlabel(), two_d.get_ylabel()) == ("u0[0]", "u0[1]")
+    assert "of 1 dimension" in one_d.get_title() and one_d.get_xlabel() == "u1[0]"
+
+
+def test_contrastive_plots_draw_into_given_axes_with_images_scaled_for_display():
+    from ppl_vae.models.contrastive import ContrastiveVAE
+    from ppl_vae.viz.contrastive import plot_denoised, plot_salient_embedding, plot_salient_samples
+
+    torch.manual_seed(0)
+    model = ContrastiveVAE.mlp((1, 8, 8), 2, 2, hidden=16, likelihood="gaussian", likelihood_scale=0.5)
+    target = torch.rand(16, 1, 8, 8)
+    fig, axes = plt.subplots(1, 3)
+    assert plot_salient_embedding(model, target, torch.arange(16) % 3, ax=axes[0]) is fig
+    assert plot_denoised(model, target, ax=axes[1]) is fig
+    assert plot_salient_samples(model, n=4, ax=axes[2]) is fig
+    for ax in axes[1:]:
+        shown = ax.images[0].get_array()
+        assert shown.max() == pytest.approx(1.0)  # every image rescaled to its maximum

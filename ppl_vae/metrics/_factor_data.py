@@ -7,8 +7,8 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
+from ppl_vae._progress import Progress
 from ppl_vae.metrics._arrays import as_numpy, check_finite
 
 Encode = Callable[[torch.Tensor], "torch.Tensor | np.ndarray"]
@@ -40,7 +40,7 @@ class BatchedEncoder:
     finite) and advances ``bar`` by the number of images encoded.
     """
 
-    def __init__(self, encode: Encode, dataset: FactorDataset, batch_size: int, bar: tqdm | None = None) -> None:
+    def __init__(self, encode: Encode, dataset: FactorDataset, batch_size: int, bar: Progress | None = None) -> None:
         self.encode = encode
         self.dataset = dataset
         self.batch_size = batch_size

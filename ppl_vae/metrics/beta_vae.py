@@ -9,6 +9,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
+from ppl_vae._progress import Progress
 from ppl_vae.metrics._factor_data import (
     BatchedEncoder,
     Encode,
@@ -16,7 +17,6 @@ from ppl_vae.metrics._factor_data import (
     check_integers,
     varying_factors,
 )
-from ppl_vae.metrics._progress import progress_bar
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +69,8 @@ def beta_vae_score(
     :param seed: seeds the factor draws, the factor of each point and the classifier.
     :param encode_batch_size: images per ``encode`` call (the images of several points go in
         one call when it allows).
-    :param progress: show a progress bar of the images encoded (only on a terminal).
+    :param progress: show the progress of the images encoded (a bar on a terminal, else a
+        start and a finish line with the time).
     :returns: :class:`BetaVAEResult`.
     :raises ValueError: naming the argument: n_train, n_eval or encode_batch_size < 1,
         batch_size < 1, a data set without a varying factor, ``encode`` returning something
@@ -82,7 +83,7 @@ def beta_vae_score(
     varying = varying_factors(dataset)
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    with torch.no_grad(), progress_bar(2 * batch_size * (n_train + n_eval), "beta-VAE metric", progress) as bar:
+    with torch.no_grad(), Progress(2 * batch_size * (n_train + n_eval), "beta-VAE metric", progress, "images") as bar:
         encoder = BatchedEncoder(encode, dataset, encode_batch_size, bar)
         draw = _PointDrawer(encoder, dataset, varying, generator, rng, batch_size)
         train_points, train_labels = draw(n_train)

@@ -10,6 +10,7 @@ import torch
 from scipy.stats import entropy
 from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 
+from ppl_vae._progress import Progress
 from ppl_vae.metrics._factor_data import (
     BatchedEncoder,
     Encode,
@@ -18,7 +19,6 @@ from ppl_vae.metrics._factor_data import (
     sample_codes,
     varying_factors,
 )
-from ppl_vae.metrics._progress import progress_bar
 
 DCIModel = Literal["gbt", "forest"]
 MODELS: tuple[str, ...] = ("gbt", "forest")
@@ -91,7 +91,8 @@ def dci(
     :param n_test: images they are scored on.
     :param seed: seeds the factor draws and the classifiers.
     :param encode_batch_size: images per ``encode`` call.
-    :param progress: show progress bars (encoding, then one fit per factor) on a terminal.
+    :param progress: show the progress of the encoding, then of one fit per factor (bars on a
+        terminal, else a start and a finish line with the time).
     :returns: :class:`DCIResult`.
     :raises ValueError: naming the argument: n_train or n_test < 2, encode_batch_size < 1, an
         unknown model, a data set without a varying factor, ``encode`` returning something
@@ -102,13 +103,13 @@ def dci(
         raise ValueError(f"model must be one of {MODELS}, got {model!r}")
     varying = varying_factors(dataset)
     generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad(), progress_bar(n_train + n_test, "DCI: encoding", progress) as bar:
+    with torch.no_grad(), Progress(n_train + n_test, "DCI: encoding", progress, "images") as bar:
         encoder = BatchedEncoder(encode, dataset, encode_batch_size, bar)
         train_codes, train_factors = sample_codes(encoder, dataset, n_train, generator)
         test_codes, test_factors = sample_codes(encoder, dataset, n_test, generator)
     importance = np.zeros((train_codes.shape[1], train_factors.shape[1]))
     train_accuracy, test_accuracy = [], []
-    with progress_bar(len(varying), f"DCI: fitting ({model})", progress) as bar:
+    with Progress(len(varying), f"DCI: fitting ({model})", progress, "factors") as bar:
         for k in varying:
             classifier = _classifier(model, seed)
             classifier.fit(train_codes, train_factors[:, k])

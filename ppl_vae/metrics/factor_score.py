@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ppl_vae._progress import Progress
 from ppl_vae.metrics._factor_data import (
     BatchedEncoder,
     Encode,
@@ -21,7 +22,6 @@ from ppl_vae.metrics._factor_data import (
     check_non_negative,
     varying_factors,
 )
-from ppl_vae.metrics._progress import progress_bar
 
 __all__ = ["FactorDataset", "FactorScoreResult", "factor_score"]
 
@@ -95,8 +95,8 @@ def factor_score(
         seed, same score for a deterministic ``encode``.
     :param encode_batch_size: images per ``encode`` call; memory is bounded by it, never by the
         data set size.
-    :param progress: show a progress bar of the images encoded (only when stderr is a
-        terminal).
+    :param progress: show the progress of the images encoded: a bar when stderr is a terminal,
+        else a start and a finish line with the time.
 
     Protocols. Both divide each dimension by its std, give each vote to the dimension with
     the least variance among images that share one factor value, and score how
@@ -173,7 +173,7 @@ def factor_score(
         images = n_variance + (n_train + n_eval) * batch_size
     else:
         images = total if num_images is None else num_images
-    with torch.no_grad(), progress_bar(images, f"Factor score ({protocol})", progress) as bar:
+    with torch.no_grad(), Progress(images, f"Factor score ({protocol})", progress, "images") as bar:
         encoder = BatchedEncoder(encode, dataset, encode_batch_size, bar)
         if protocol == "standard":
             return _standard_score(

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from sklearn.metrics import mutual_info_score
 
+from ppl_vae._progress import Progress
 from ppl_vae.metrics._factor_data import (
     BatchedEncoder,
     Encode,
@@ -15,7 +16,6 @@ from ppl_vae.metrics._factor_data import (
     sample_codes,
     varying_factors,
 )
-from ppl_vae.metrics._progress import progress_bar
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +72,8 @@ def mig(
     :param seed: seeds the factor draws.
     :param encode_batch_size: images per ``encode`` call (memory is bounded by it and by
         ``n_train`` x D).
-    :param progress: show a progress bar of the images encoded (only on a terminal).
+    :param progress: show the progress of the images encoded (a bar on a terminal, else a
+        start and a finish line with the time).
     :returns: :class:`MIGResult`.
     :raises ValueError: naming the argument: n_train < 2, num_bins < 2, encode_batch_size < 1,
         a data set without a varying factor, ``encode`` returning something other than a
@@ -81,7 +82,7 @@ def mig(
     check_integers(n_train=(n_train, 2), num_bins=(num_bins, 2), encode_batch_size=(encode_batch_size, 1))
     varying = varying_factors(dataset)
     generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad(), progress_bar(n_train, "MIG", progress) as bar:
+    with torch.no_grad(), Progress(n_train, "MIG", progress, "images") as bar:
         encoder = BatchedEncoder(encode, dataset, encode_batch_size, bar)
         codes, factors = sample_codes(encoder, dataset, n_train, generator)
     binned = _histogram_discretise(codes, num_bins)

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 from sklearn.svm import LinearSVC
 
+from ppl_vae._progress import Progress
 from ppl_vae.metrics._factor_data import (
     BatchedEncoder,
     Encode,
@@ -15,7 +16,6 @@ from ppl_vae.metrics._factor_data import (
     sample_codes,
     varying_factors,
 )
-from ppl_vae.metrics._progress import progress_bar
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,7 +71,8 @@ def sap_score(
     :param n_test: images they are scored on.
     :param seed: seeds the factor draws.
     :param encode_batch_size: images per ``encode`` call.
-    :param progress: show progress bars (encoding, then the D x F fits) on a terminal.
+    :param progress: show the progress of the encoding, then of the D x F fits (bars on a
+        terminal, else a start and a finish line with the time).
     :returns: :class:`SAPResult`.
     :raises ValueError: naming the argument: n_train or n_test < 2, encode_batch_size < 1, a
         data set without a varying factor, ``encode`` returning something other than a
@@ -81,13 +82,13 @@ def sap_score(
     check_integers(n_train=(n_train, 2), n_test=(n_test, 2), encode_batch_size=(encode_batch_size, 1))
     varying = varying_factors(dataset)
     generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad(), progress_bar(n_train + n_test, "SAP: encoding", progress) as bar:
+    with torch.no_grad(), Progress(n_train + n_test, "SAP: encoding", progress, "images") as bar:
         encoder = BatchedEncoder(encode, dataset, encode_batch_size, bar)
         train_codes, train_factors = sample_codes(encoder, dataset, n_train, generator)
         test_codes, test_factors = sample_codes(encoder, dataset, n_test, generator)
     num_dims = train_codes.shape[1]
     accuracy = np.zeros((num_dims, train_factors.shape[1]))
-    with progress_bar(num_dims * len(varying), "SAP: fitting", progress) as bar:
+    with Progress(num_dims * len(varying), "SAP: fitting", progress, "classifiers") as bar:
         for d in range(num_dims):
             for k in varying:
                 classifier = LinearSVC(C=0.01, class_weight="balanced", dual=False)

@@ -36,7 +36,7 @@ from ppl_vae.models.likelihoods import (
     likelihood,
     likelihood_mean,
 )
-from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, unique_pyro_name
+from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, one_draw_per_point, unique_pyro_name
 from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
 
 CONTRASTIVE_LIKELIHOODS = (*LIKELIHOODS, *COUNT_LIKELIHOODS)
@@ -201,7 +201,18 @@ class ContrastiveVAE(PyroModule):
         Sites: ``target_s``, ``target_z``, ``target_x`` in plate ``target``; ``background_z``,
         ``background_x`` in plate ``background``. Either batch may be ``None`` (e.g. to score or
         check the target alone); in its place ``batch_size`` (target) or ``background_batch_size``
-        draws from the prior predictive.
+        draws from the prior predictive. With Pyro::
+
+            prior_draws = Predictive(cvae.model, num_samples=S)(batch_size=B, background_batch_size=M)
+            # "target_x" (S, B, *event), "background_x" (S, M, *event)
+            # posterior predictive: s and z from the guide on the data, both data sites unobserved
+            latents = Predictive(cvae.guide, num_samples=S)(target, background)
+            # "target_s" (S, B, D_s), "target_z" (S, B, D_z), "background_z" (S, M, D_z)
+            replicates = Predictive(cvae.model, posterior_samples=latents)(batch_size=B, background_batch_size=M)
+
+        ``Predictive(cvae.model, guide=cvae.guide, ...)(target, background)`` returns the data
+        themselves at ``target_x`` and ``background_x`` (Pyro returns observed values), and
+        ``parallel=True`` is refused: the networks take one batch of points at a time.
         """
         if batch_size is None and background_batch_size is None:
             check_contrastive_data(target, background, check_finite=is_validation_enabled())
@@ -211,14 +222,14 @@ class ContrastiveVAE(PyroModule):
         if target is not None or batch_size is not None:
             batch = batch_size_of(target, batch_size, "target")
             with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
-                s = pyro.sample("target_s", self.salient_prior().expand([batch]))
-                z = pyro.sample("target_z", shared_prior().expand([batch]))
+                s = one_draw_per_point(pyro.sample("target_s", self.salient_prior().expand([batch])), "target_s")
+                z = one_draw_per_point(pyro.sample("target_z", shared_prior().expand([batch])), "target_z")
                 decoded = decoder(torch.cat([s, z], dim=-1))
                 pyro.sample("target_x", self._observation(decoded, decoded.dim() - 1), obs=target)
         if background is not None or background_batch_size is not None:
             batch = batch_size_of(background, background_batch_size, "background")
             with pyro.plate("background", batch), poutine.scale(scale=data_scale(batch, self.background_size)):
-                z = pyro.sample("background_z", shared_prior().expand([batch]))
+                z = one_draw_per_point(pyro.sample("background_z", shared_prior().expand([batch])), "background_z")
                 decoded = decoder(torch.cat([z.new_zeros(batch, self.salient_dim), z], dim=-1))
                 pyro.sample("background_x", self._observation(decoded, decoded.dim() - 1), obs=background)
 

@@ -43,7 +43,7 @@ from torch.nn import functional as F
 from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
-from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, unique_pyro_name
+from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, one_draw_per_point, unique_pyro_name
 from ppl_vae.models.variables import ClassVariable
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
 from ppl_vae.nn.attention import AttentionGate
@@ -289,11 +289,22 @@ class PartedVAE(PyroModule):
         self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, batch_size: int | None = None
     ) -> torch.Tensor:
         """p(x, c, u, z) for ``x (B, *event)``, ``y (B,)`` or ``(B, V)`` int (observes c); without
-        ``x``, ``batch_size`` prior predictive draws. Returns the decoded batch ``(B, *event)``."""
+        ``x``, ``batch_size`` prior predictive draws. Returns the decoded batch ``(B, *event)``.
+        With Pyro::
+
+            prior_draws = Predictive(parted.model, num_samples=S)(batch_size=B)  # "x" (S, B, *event), "c0"
+            # posterior predictive of labelled data: z and u from the guide on (x, y); in the
+            # model x is unobserved (x=None) and the classes stay observed (y=y)
+            latents = Predictive(parted.guide, num_samples=S)(x, y)  # "z" (S, B, z_dim), "u0" (S, B, u_dim)
+            replicates = Predictive(parted.model, posterior_samples=latents)(y=y, batch_size=B)["x"]
+
+        ``Predictive(parted.model, guide=parted.guide, ...)(x, y)["x"]`` returns x itself (Pyro
+        returns observed values), and ``parallel=True`` is refused: the networks take one batch
+        of points at a time."""
         batch = batch_size_of(x, batch_size)
         labels = None if y is None else self.check_labels(y, batch)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
-            latents = [pyro.sample("z", self.prior().expand([batch]))]
+            latents = [one_draw_per_point(pyro.sample("z", self.prior().expand([batch])), "z")]
             for i, class_prior in enumerate(self.class_priors):
                 c = pyro.sample(
                     f"c{i}",

@@ -8,7 +8,9 @@ the run too, so that :func:`ppl_vae.load_run` rebuilds the model without the dat
 """
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,8 @@ from ppl_vae.recipes.settings import config_to_dict
 from ppl_vae.train import RunDirectory, TrainConfig, fit
 from ppl_vae.viz import save_training_curves
 
+LOG = logging.getLogger("ppl_vae.recipes")
+
 
 @dataclass
 class Experiment:
@@ -38,6 +42,7 @@ class Experiment:
         ``build_model`` needs to rebuild ``model`` without the data (shapes, sizes).
     :param elbo_arguments: keyword arguments of the objective on every training step
         (:func:`ppl_vae.fit`'s ``elbo_arguments``, e.g. the whole-data aggregate).
+    :param evaluation: what ``evaluate`` computes, in a few words (logged before it runs).
     """
 
     model: nn.Module
@@ -46,6 +51,7 @@ class Experiment:
     evaluate: Callable[[nn.Module, Path], dict[str, Any]]
     model_inputs: dict[str, Any] = field(default_factory=dict)
     elbo_arguments: dict[str, Any] = field(default_factory=dict)
+    evaluation: str = "metrics and pictures"
 
 
 def train_recipe(
@@ -84,11 +90,15 @@ def evaluate_and_save(
     experiment: Experiment, model: nn.Module, run: RunDirectory, history, seed: int
 ) -> dict[str, Any]:
     """Evaluate with a fixed seed (Monte Carlo figures repeat exactly), draw the training
-    curves of ``metrics.csv`` (``pictures/training_curves.png``) and save metrics.json."""
+    curves of ``metrics.csv`` (``pictures/training_curves.png``) and save metrics.json. Logs
+    (logger ``ppl_vae.recipes``, level INFO) what it evaluates and how long it took."""
     model.eval()
     pyro.set_rng_seed(seed)
+    LOG.info("evaluating: %s", experiment.evaluation)
+    start = time.perf_counter()
     with torch.no_grad():
         figures = experiment.evaluate(model, run.pictures)
+    LOG.info("evaluated in %.1f s; metrics and pictures in %s", time.perf_counter() - start, run.path)
     if (run.path / "metrics.csv").is_file():
         save_training_curves(run.path, run.pictures / "training_curves.png")
     if history:

@@ -128,7 +128,9 @@ def build(config: ContrastiveConfig) -> Experiment:
         figures["posterior_predictive"] = ppc.summary()
         return figures
 
-    return Experiment(model, objective, {"target": target, "background": background}, evaluate, model_inputs)
+    evaluation = "silhouettes of the salient and shared embeddings, pictures, a posterior predictive check"
+    return Experiment(model, objective, {"target": target, "background": background}, evaluate, model_inputs,
+                      evaluation=evaluation)
 
 
 def demo() -> ContrastiveConfig:

@@ -158,7 +158,11 @@ def build(config: DecompositionConfig) -> Experiment:
         return figures
 
     elbo_arguments = {"aggregate_data": {"x": data.x}} if config.aggregate_over_dataset else {}
-    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs, elbo_arguments)
+    evaluation = ("reconstruction, Hoyer sparsity, aggregate-posterior mismatch, a posterior predictive check "
+                  f"on {config.evaluation_points:,} training points, pictures")
+    if config.dataset == "dsprites" and config.factor_score_votes > 0:
+        evaluation += f", Factor score ({config.factor_score_votes:,} votes)"
+    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs, elbo_arguments, evaluation)
 
 
 def authors_settings(config: DecompositionConfig) -> DecompositionConfig:

@@ -209,7 +209,10 @@ def build(config: PartedConfig) -> Experiment:
                                                   seed=config.train.seed))
         return figures
 
-    return Experiment(model, objective, train_data, evaluate, model_inputs)
+    description = f"accuracy of q(c|x) on {len(evaluation.x):,} held-out images, pictures, a posterior predictive check"
+    if config.dataset == "dsprites" and config.factor_score_votes > 0:
+        description += f", Factor score, MIG, SAP, DCI and the beta-VAE metric ({config.factor_score_votes:,} votes)"
+    return Experiment(model, objective, train_data, evaluate, model_inputs, evaluation=description)
 
 
 

@@ -60,7 +60,10 @@ def build(config: VAEConfig) -> Experiment:
             figures["factor_score"] = result.score
         return figures
 
-    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs)
+    evaluation = "ELBO per point and a posterior predictive check on training images, pictures"
+    if config.dataset == "dsprites" and config.factor_score_votes > 0:
+        evaluation += f", Factor score ({config.factor_score_votes:,} votes)"
+    return Experiment(model, objective, {"x": data.x}, evaluate, model_inputs, evaluation=evaluation)
 
 
 def demo() -> VAEConfig:

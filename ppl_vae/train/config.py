@@ -113,7 +113,9 @@ class TrainConfig:
         the same values and gradients without Pyro's per-step Python, for models of static
         structure. Refused for objectives or models with a training-step schedule (PartedVAE),
         with ``validate``, ``"bf16-mixed"`` and more than one process.
-    :param progress_bar: Lightning's progress bar.
+    :param progress_bar: Lightning's progress bar on stdout, redrawn at every step on a
+        terminal and about 20 times in all elsewhere (Jupyter, a log file), where each
+        redraw is a new line or message.
     :param batch_sizes: per data-group batch sizes, e.g. ``{"labelled": 64}``.
     :param loggers: where the per-term losses of a run with a run directory go, any of
         ``"csv"`` (``metrics.csv``, one row per logging interval, on disk as soon as it is

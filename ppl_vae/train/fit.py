@@ -4,16 +4,19 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from math import ceil
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import lightning as L
 import pyro
 import torch
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from lightning.pytorch.utilities import disable_possible_user_warnings
 from pyro import poutine
@@ -90,6 +93,35 @@ def _warn_if_bf16_is_slow(config: TrainConfig) -> None:
             "there, usually slower than precision='32-true'",
             stacklevel=3,
         )
+
+
+#: How often the training bar is redrawn, in all, where each redraw is a new line or message.
+_REDRAWS_OFF_A_TERMINAL = 20
+
+
+def _training_progress_bar(training_steps: int, stream: TextIO | None = None) -> TQDMProgressBar:
+    """Lightning's tqdm bar over ``training_steps`` Lightning training steps, written to
+    ``stream`` (stdout by default, as Lightning does).
+
+    On a terminal it is redrawn at every step, in place. Elsewhere each redraw is a new line
+    (a log file) or a new stream message (Jupyter, where a 1,000-step run would otherwise
+    store thousands of them in the notebook): there it is redrawn about 20 times in all.
+    With ipywidgets installed, Lightning draws tqdm's notebook widget in Jupyter
+    (``tqdm.auto``), updated in place.
+    """
+    stream = sys.stdout if stream is None else stream
+    on_terminal = bool(getattr(stream, "isatty", None) and stream.isatty())
+    refresh_rate = 1 if on_terminal else max(1, training_steps // _REDRAWS_OFF_A_TERMINAL)
+    return TQDMProgressBar(refresh_rate=refresh_rate)
+
+
+def _with_progress_bar(callbacks: list[L.Callback], config: TrainConfig) -> list[L.Callback]:
+    """``callbacks`` and, when ``config.progress_bar`` is on and none of them is a progress
+    bar, a bar whose redraws suit where it is written."""
+    if not config.progress_bar or any(isinstance(callback, ProgressBar) for callback in callbacks):
+        return callbacks
+    training_steps = ceil(config.steps / config.iterations_per_training_step)
+    return [*callbacks, _training_progress_bar(training_steps)]
 
 
 @contextmanager
@@ -487,6 +519,7 @@ def fit(
     if setup.checkpoint is not None:
         rows = setup.checkpoint["ppl_vae"]["history"] if "csv" in config.loggers else []
         callbacks.append(_ResumedRunFiles(setup.run, rows))
+    callbacks = _with_progress_bar(callbacks, config)
     with _quiet_lightning():
         trainer = L.Trainer(
             accelerator=_accelerator(config.device),

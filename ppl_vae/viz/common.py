@@ -40,35 +40,72 @@ def image_grid(images: torch.Tensor | np.ndarray, nrow: int, pad: int = 1) -> np
     return grid[..., 0] if c == 1 else grid
 
 
-def _grid_figsize(grid: np.ndarray, title: str | None) -> tuple[float, float]:
+def _grid_figsize(grid: np.ndarray, title: str | None, labelled: bool) -> tuple[float, float]:
     height, width = grid.shape[:2]
     scale = 6.0 / max(height, width)
-    return max(width * scale, 2), max(height * scale, 2) + (0.4 if title else 0)
+    return max(width * scale, 2) + (0.6 if labelled else 0), max(height * scale, 2) + (0.4 if title else 0)
 
 
-def _show_grid(grid: np.ndarray, ax: Axes | None, title: str | None, detached: bool = False) -> Figure:
+def _label_rows(ax: Axes, grid: np.ndarray, row_labels: Sequence[str]) -> None:
+    """Name each row of image ``grid`` at its left, through the y ticks (the frame stays hidden)."""
+    row_height = grid.shape[0] / len(row_labels)
+    ax.set_yticks([(r + 0.5) * row_height for r in range(len(row_labels))], list(row_labels), fontsize=8)
+    ax.set_xticks([])
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+
+
+def _show_grid(
+    grid: np.ndarray,
+    ax: Axes | None,
+    title: str | None,
+    detached: bool = False,
+    row_labels: Sequence[str] | None = None,
+) -> Figure:
     if ax is None:
-        fig, axes = new_figure(_grid_figsize(grid, title), detached=detached)
+        fig, axes = new_figure(_grid_figsize(grid, title, row_labels is not None), detached=detached)
         ax = axes[0, 0]
     ax.imshow(grid, cmap="gray", vmin=0, vmax=1, interpolation="nearest")
-    ax.axis("off")
+    if row_labels is None:
+        ax.axis("off")
+    else:
+        _label_rows(ax, grid, row_labels)
     if title:
         ax.set_title(title)
     return ax.figure
 
 
+def _checked_row_labels(row_labels: Sequence[str] | None, num_images: int, nrow: int) -> Sequence[str] | None:
+    rows = -(-num_images // nrow)
+    if row_labels is not None and len(row_labels) != rows:
+        raise ValueError(f"row_labels must name each of the {rows} rows, got {len(row_labels)} labels")
+    return row_labels
+
+
 def plot_image_grid(
-    images: torch.Tensor | np.ndarray, nrow: int = 8, title: str | None = None, ax: Axes | None = None
+    images: torch.Tensor | np.ndarray,
+    nrow: int = 8,
+    title: str | None = None,
+    ax: Axes | None = None,
+    row_labels: Sequence[str] | None = None,
 ) -> Figure:
-    """Show ``images (n, C, H, W)`` as a grid of ``nrow`` columns."""
-    return _show_grid(image_grid(images, nrow), ax, title)
+    """Show ``images (n, C, H, W)`` as a grid of ``nrow`` columns; ``row_labels`` (one per
+    row) name the rows at their left."""
+    row_labels = _checked_row_labels(row_labels, len(images), nrow)
+    return _show_grid(image_grid(images, nrow), ax, title, row_labels=row_labels)
 
 
 def save_image_grid(
-    path: str | os.PathLike, images: torch.Tensor | np.ndarray, nrow: int = 8, title: str | None = None
+    path: str | os.PathLike,
+    images: torch.Tensor | np.ndarray,
+    nrow: int = 8,
+    title: str | None = None,
+    row_labels: Sequence[str] | None = None,
 ) -> Path:
-    """Write ``images (n, C, H, W)`` as a grid PNG."""
-    return save_figure(_show_grid(image_grid(images, nrow), None, title, detached=True), path)
+    """Write ``images (n, C, H, W)`` as a grid PNG; ``row_labels`` as in :func:`plot_image_grid`."""
+    row_labels = _checked_row_labels(row_labels, len(images), nrow)
+    return save_figure(_show_grid(image_grid(images, nrow), None, title, detached=True, row_labels=row_labels), path)
 
 
 def reconstruction_rows(data: torch.Tensor, reconstructions: torch.Tensor) -> torch.Tensor:
@@ -113,11 +150,17 @@ def traversal_images(
     return torch.cat(rows)
 
 
-def _traversal_grid(decode, base, dims, values) -> tuple[torch.Tensor, int]:
+def _traversal_grid(decode, base, dims, values, dim_names) -> tuple[torch.Tensor, int, list[str]]:
+    """The traversal images, their number of columns and the name of each row."""
     dims = list(range(base.shape[-1])) if dims is None else list(dims)
     values = torch.linspace(-2.5, 2.5, 8) if values is None else values
+    if dim_names is None:
+        dim_names = [f"z[{d}]" for d in range(base.shape[-1])]
+    elif len(dim_names) != base.shape[-1]:
+        raise ValueError(f"dim_names must name each of the {base.shape[-1]} dimensions of base, got {len(dim_names)}")
     with torch.no_grad():
-        return traversal_images(decode, base, dims, values.to(base)), len(values)
+        images = traversal_images(decode, base, dims, values.to(base))
+    return images, len(values), [dim_names[d] for d in dims]
 
 
 def plot_traversals(
@@ -127,11 +170,13 @@ def plot_traversals(
     values: torch.Tensor | None = None,
     title: str = TRAVERSALS_TITLE,
     ax: Axes | None = None,
+    dim_names: Sequence[str] | None = None,
 ) -> Figure:
     """Show ``decode`` around ``base (D,)``, one row per dimension in ``dims`` (default: all)
-    over ``values (K,)`` (default: 8 steps over [-2.5, 2.5])."""
-    images, nrow = _traversal_grid(decode, base, dims, values)
-    return plot_image_grid(images, nrow, title, ax)
+    over ``values (K,)`` (default: 8 steps over [-2.5, 2.5]), each row labelled with its
+    dimension's name in ``dim_names`` (D names; default ``z[0]``, ``z[1]``, ...)."""
+    images, nrow, row_labels = _traversal_grid(decode, base, dims, values, dim_names)
+    return plot_image_grid(images, nrow, title, ax, row_labels)
 
 
 def save_traversals(
@@ -141,10 +186,11 @@ def save_traversals(
     dims: Sequence[int] | None = None,
     values: torch.Tensor | None = None,
     title: str = TRAVERSALS_TITLE,
+    dim_names: Sequence[str] | None = None,
 ) -> Path:
-    """Write the traversal grid of :func:`plot_traversals`."""
-    images, nrow = _traversal_grid(decode, base, dims, values)
-    return save_image_grid(path, images, nrow=nrow, title=title)
+    """Write the traversal grid of :func:`plot_traversals`, rows labelled as there."""
+    images, nrow, row_labels = _traversal_grid(decode, base, dims, values, dim_names)
+    return save_image_grid(path, images, nrow=nrow, title=title, row_labels=row_labels)
 
 
 def _latent_scatter(z, labels, title: str, ax: Axes | None, detached: bool) -> Figure:

@@ -44,6 +44,17 @@ def plot_class_traversals(model: PartedVAE, x: torch.Tensor, ax: Axes | None = N
     return plot_image_grid(images, nrow, CLASS_TRAVERSALS_TITLE, ax)
 
 
+def latent_names(model: PartedVAE) -> list[str]:
+    """The name of each dimension of the representation ``[z, u0, u1, ...]`` of
+    :meth:`~ppl_vae.models.parted.PartedVAE.encode`: ``z[0]``, ..., then ``u0[0]``, ...
+    (``latent_dim`` names), for the rows of a traversal (``dim_names`` of
+    :func:`~ppl_vae.viz.plot_traversals`)."""
+    names = [f"z[{d}]" for d in range(model.z_dim)]
+    for i, size in enumerate(model.u_dims):
+        names += [f"u{i}[{d}]" for d in range(size)]
+    return names
+
+
 def class_code(model: PartedVAE, k: int) -> torch.Tensor:
     """Class k for the first variable, class 0 for the others: ``(V,)`` or a scalar."""
     if model.num_variables == 1:
@@ -100,15 +111,24 @@ def _class_priors(model: PartedVAE, axes, detached: bool) -> Figure:
                 angle = np.linspace(0, 2 * math.pi, 100)
                 ax.plot(loc[k, 0] + std[k, 0] * np.cos(angle), loc[k, 1] + std[k, 1] * np.sin(angle))
                 ax.annotate(str(k), loc[k, :2])
-        ax.set_title(f"class priors p(u{i} | c{i})")
         if loc.shape[1] == 1:
+            ax.set_title(f"class priors p(u{i} | c{i}), u{i} of 1 dimension", fontsize=9)
+            ax.set_xlabel(f"u{i}[0]")
+            ax.set_ylabel("density")
             ax.legend(fontsize=7)
+        else:
+            ax.set_title(f"class priors p(u{i} | c{i}): dimensions 0 and 1 of {loc.shape[1]}\n"
+                         "mean (class number) and 1-std ellipse", fontsize=9)
+            ax.set_xlabel(f"u{i}[0]")
+            ax.set_ylabel(f"u{i}[1]")
     return ax.figure
 
 
 def plot_class_priors(model: PartedVAE, axes: Sequence[Axes] | None = None) -> Figure:
     """The learned p(u_i | c_i = k) of each class variable i (a panel each): densities when u_i
-    has one dimension, otherwise means with one-standard-deviation ellipses in its first two."""
+    has one dimension, otherwise means with one-standard-deviation ellipses in its first two
+    dimensions, ``u_i[0]`` and ``u_i[1]`` (the title says how many u_i has; the others are
+    not shown)."""
     return _class_priors(model, axes, detached=False)
 
 
@@ -118,7 +138,8 @@ def save_parted_pictures(model: PartedVAE, x: torch.Tensor, pictures: str | os.P
 
     - ``reconstructions.png``;
     - ``class_traversals.png``: per image (row), its z with u set to each class prior's mean (column);
-    - ``latent_traversals.png``: every z and u dimension of one image over +-``traversal_range``;
+    - ``latent_traversals.png``: every z and u dimension of one image over +-``traversal_range``,
+      each row named (:func:`latent_names`);
     - ``attribute_transfer.png``: top row gives c and u, left column gives z;
     - ``class_samples.png``: one row of samples from each class prior (first variable);
     - ``class_priors.png``: the learned class priors p(u | c), first two u dimensions.
@@ -131,7 +152,8 @@ def save_parted_pictures(model: PartedVAE, x: torch.Tensor, pictures: str | os.P
     save_image_grid(pictures / "class_traversals.png", images, nrow=nrow, title=CLASS_TRAVERSALS_TITLE)
     values = torch.linspace(-traversal_range, traversal_range, 8)
     save_traversals(pictures / "latent_traversals.png", lambda latent: model.decode(*model.split_latent(latent)),
-                    model.encode(x[:1])[0], values=values, title=f"z dims 0-{model.z_dim - 1}, then u dims")
+                    model.encode(x[:1])[0], values=values, title="latent traversals: z, then u (rows)",
+                    dim_names=latent_names(model))
     save_image_grid(pictures / "class_samples.png", class_sample_images(model), nrow=8, title=CLASS_SAMPLES_TITLE)
     save_image_grid(pictures / "attribute_transfer.png", attribute_transfer_images(model, x), nrow=7,
                     title=ATTRIBUTE_TRANSFER_TITLE)

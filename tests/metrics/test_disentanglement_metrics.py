@@ -2,6 +2,8 @@
 factor values: the true factors score (near) 1, noise (near) 0 or chance, bad inputs are named."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -235,8 +237,18 @@ def test_bad_argument_raises_value_error_naming_it(name, argument, value, datase
 
 
 @pytest.mark.parametrize("name", METRICS)
-def test_progress_bars_write_nothing_when_stderr_is_not_a_terminal(name, dataset, capsys):
+def test_progress_off_a_terminal_is_a_start_and_a_finish_line_with_the_time(name, dataset, capsys):
     METRICS[name](dataset.true_factors, dataset, progress=True, **FAST[name])
+
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and len(lines) % 2 == 0  # one pair per loop (encoding, fitting)
+    assert all(re.match(r"\[\d\d:\d\d:\d\d\] .+: started, [\d,]+ \w+$", line) for line in lines[::2])
+    assert all(re.match(r"\[\d\d:\d\d:\d\d\] .+: done in \d+\.\d s$", line) for line in lines[1::2])
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_progress_false_writes_nothing(name, dataset, capsys):
+    METRICS[name](dataset.true_factors, dataset, progress=False, **FAST[name])
 
     assert capsys.readouterr().err == ""
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -306,11 +308,21 @@ def test_encode_returning_nan_raises_value_error(protocol):
         factor_score(encode, SyntheticFactors(SMALL), protocol=protocol, **FAST)
 
 
-@pytest.mark.parametrize("progress", [True, False])
-def test_progress_bar_writes_nothing_when_stderr_is_not_a_terminal(progress, capsys):
-    factor_score(factor_values, SyntheticFactors(SMALL), progress=progress, **FAST)
+def test_progress_off_a_terminal_is_a_start_and_a_finish_line_with_the_time(capsys):
+    factor_score(factor_values, SyntheticFactors(SMALL), progress=True, **FAST)
 
+    started, finished = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] Factor score \(\w+\): started, [\d,]+ images", started)
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] Factor score \(\w+\): done in \d+\.\d s", finished)
+
+
+def test_progress_on_a_terminal_is_a_bar_and_false_writes_nothing(capsys, monkeypatch):
+    factor_score(factor_values, SyntheticFactors(SMALL), progress=False, **FAST)
     assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    factor_score(factor_values, SyntheticFactors(SMALL), progress=True, **FAST)
+    err = capsys.readouterr().err
+    assert "Factor score" in err and "started" not in err
 
 
 def test_majority_vote_gives_unvoted_dimensions_to_the_first_varying_factor():

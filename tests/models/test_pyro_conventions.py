@@ -140,3 +140,31 @@ def test_vae_posterior_predictive_with_pyro_predictive_and_parallel_refused():
     assert replicates.shape == (3, 5, 6) and set(replicates.unique().tolist()) <= {0.0, 1.0}
     with pytest.raises(ValueError, match=r"parallel=False"):
         Predictive(vae.model, guide=vae.guide, num_samples=3, parallel=True)(x)
+
+
+def test_parted_posterior_predictive_with_pyro_predictive_keeps_the_classes_and_parallel_refused():
+    torch.manual_seed(0)
+    parted = PartedVAE.mlp(EVENT, z_dim=2, num_classes=3, u_dims=2, hidden=(16,))
+    x, y = binary(5), torch.tensor([0, 1, 2, 0, 1])
+    latents = Predictive(parted.guide, num_samples=3)(x, y)
+    draws = Predictive(parted.model, posterior_samples=latents)(y=y, batch_size=5)
+    assert draws["x"].shape == (3, 5, *EVENT) and set(draws["x"].unique().tolist()) <= {0.0, 1.0}
+    assert torch.equal(draws["c0"].argmax(-1), y.expand(3, 5))
+    with pytest.raises(ValueError, match=r"parallel=False"):
+        Predictive(parted.model, guide=parted.guide, num_samples=3, parallel=True)(x, y)
+    with pytest.raises(ValueError, match=r"parallel=False"):
+        Predictive(parted.model, num_samples=3, parallel=True)(batch_size=5)
+
+
+def test_contrastive_posterior_predictive_with_pyro_predictive_and_parallel_refused():
+    torch.manual_seed(0)
+    cvae = ContrastiveVAE.mlp(EVENT, hidden=16)
+    target, background = binary(5), binary(4, 2)
+    latents = Predictive(cvae.guide, num_samples=3)(target, background)
+    draws = Predictive(cvae.model, posterior_samples=latents)(batch_size=5, background_batch_size=4)
+    assert draws["target_x"].shape == (3, 5, *EVENT) and draws["background_x"].shape == (3, 4, *EVENT)
+    assert set(draws["target_x"].unique().tolist()) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match=r"parallel=False"):
+        Predictive(cvae.model, guide=cvae.guide, num_samples=3, parallel=True)(target, background)
+    with pytest.raises(ValueError, match=r"parallel=False"):
+        Predictive(cvae.model, num_samples=3, parallel=True)(batch_size=5, background_batch_size=4)
