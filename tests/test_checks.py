@@ -116,3 +116,21 @@ def test_progress_is_a_bar_on_a_terminal_two_timed_lines_elsewhere_and_nothing_w
     posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
     err = capsys.readouterr().err
     assert "posterior predictive check" in err and "started" not in err
+
+
+def test_per_point_statistics_give_arviz_ppc_and_bpv_panels_with_data_and_replicates(x):
+    az = pytest.importorskip("arviz")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ppl_vae.checks import point_means
+
+    result = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, {"point_means": point_means}, num_samples=8)
+    idata = result.to_inference_data()
+
+    ppc_axes = np.ravel(az.plot_ppc(idata, var_names=["x.point_means"], num_pp_samples=8))
+    bpv_axes = np.ravel(az.plot_bpv(idata, var_names=["x.point_means"]))
+
+    drawn = [line for line in ppc_axes[0].get_lines() if len(line.get_xdata()) > 1]
+    assert len(drawn) >= 10, "the observed density, one per replicate and their mean"
+    assert bpv_axes[0].get_lines() or bpv_axes[0].collections, "a u-value panel with something drawn"
