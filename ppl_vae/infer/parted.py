@@ -147,7 +147,16 @@ class ClassCapacity(ClassTerm):
         return (kl - target).abs(), {"kl": kl, "target": target}
 
 
-class ClassEntropy(ClassTerm):
+class _ReplacesClassKL(ClassTerm):
+    """A class term that stands in for the KL of every c_i (with its partner, the entropy and
+    the aggregate KL together replace it)."""
+
+    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
+        """Every c_i, whose KL the entropy and aggregate terms replace."""
+        return tuple(variable.class_site for variable in self.class_variables(module))
+
+
+class ClassEntropy(_ReplacesClassKL):
     r""":math:`\sum_i H(q(c_i|x))`, the minibatch average of the entropy of each q(c_i|x)
     (PartedVAE Eq. 6; with :class:`AggregateClassKL` it replaces the KL of c, whose relaxed
     samples are never scored). Zero for a variable given by labels.
@@ -160,10 +169,6 @@ class ClassEntropy(ClassTerm):
     def __init__(self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "entropy") -> None:
         super().__init__(name, gamma, variables)
 
-    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
-        """Every c_i, whose KL the entropy and aggregate terms replace."""
-        return tuple(variable.class_site for variable in self.class_variables(module))
-
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(sum_i mean_n H(q(c_i|x_n)), {})``."""
         variables = self.class_variables(sites.module)
@@ -175,7 +180,7 @@ class ClassEntropy(ClassTerm):
         return entropy, {}
 
 
-class AggregateClassKL(ClassTerm):
+class AggregateClassKL(_ReplacesClassKL):
     r""":math:`\sum_i KL(\hat q(c_i) \| p(c_i))` with :math:`\hat q(c_i) = \frac{1}{B}\sum_n q(c_i|x_n)`
     over the (global) minibatch, p(c_i) the model's categorical (PartedVAE Eq. 6). Zero for a
     variable given by labels; replaces the KL of c with :class:`ClassEntropy`.
@@ -187,10 +192,6 @@ class AggregateClassKL(ClassTerm):
 
     def __init__(self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "aggregate_kl") -> None:
         super().__init__(name, gamma, variables)
-
-    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
-        """Every c_i, whose KL the entropy and aggregate terms replace."""
-        return tuple(variable.class_site for variable in self.class_variables(module))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(sum_i KL(qhat(c_i) || p(c_i)), {})``."""
