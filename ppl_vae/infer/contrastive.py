@@ -20,6 +20,7 @@ from pyro import poutine
 from torch import nn
 from torch.func import functional_call
 
+from ppl_vae._validation import positive_integer
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
@@ -71,6 +72,12 @@ class TotalCorrelation(Term):
     :param discriminator: ``"linear"`` (the paper's logistic regression) or ``"mlp"``.
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
+    :param input_dim: D's input size, D_s + D_z; ``None`` reads it from the two sites of one
+        prior draw of the model (``model.model(batch_size=1)``, the library's prior-predictive
+        call), so a model whose ``model`` takes no ``batch_size`` needs it given.
+    :param guide_arguments: the keyword arguments of the guide that hold the data the two sites
+        encode (the target group), for the fresh samples of a plain SVI loop's discriminator
+        step; the other groups of the batch (the background) are not encoded.
     :param name: the factor's name.
     """
 
@@ -85,6 +92,8 @@ class TotalCorrelation(Term):
         discriminator: str = "linear",
         discriminator_hidden: Sequence[int] = (64, 64),
         discriminator_lr: float | None = None,
+        input_dim: int | None = None,
+        guide_arguments: Sequence[str] = ("target",),
         name: str = "total_correlation",
     ) -> None:
         super().__init__(name, gamma, "gamma")
@@ -94,6 +103,10 @@ class TotalCorrelation(Term):
         self.shared_site = check_site_name(shared_site, "shared_site")
         self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
         self.discriminator_lr = discriminator_lr
+        self.input_dim = None if input_dim is None else positive_integer("input_dim", input_dim)
+        if isinstance(guide_arguments, str) or not guide_arguments:
+            raise ValueError(f"guide_arguments must be a non-empty sequence of argument names, got {guide_arguments!r}")
+        self.guide_arguments = tuple(check_site_name(name, "guide_arguments") for name in guide_arguments)
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
         """N of the salient site."""
@@ -134,7 +147,7 @@ class TotalCorrelation(Term):
         when the weight is 0."""
         if self.weight == 0:
             return []
-        self.discriminator.build(model.salient_dim + model.shared_dim)
+        self.discriminator.build(self.discriminator_input_dim(model))
 
         def loss(
             salient_sample: torch.Tensor | None = None, shared_sample: torch.Tensor | None = None, **batch: torch.Tensor
@@ -145,11 +158,27 @@ class TotalCorrelation(Term):
 
         return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
 
+    def discriminator_input_dim(self, model: nn.Module) -> int:
+        """D_s + D_z: ``input_dim`` when given, else the last dimensions of the two sites in one
+        prior draw of ``model.model(batch_size=1)``, drawn apart from the global random state."""
+        if self.input_dim is not None:
+            return self.input_dim
+        try:
+            with torch.no_grad(), torch.random.fork_rng(), poutine.block():
+                nodes = poutine.trace(model.model).get_trace(batch_size=1).nodes
+        except TypeError as error:
+            raise ValueError(f"TotalCorrelation needs input_dim (D_s + D_z) for a model whose model() takes no "
+                             f"batch_size: {error}") from None
+        missing = [site for site in (self.salient_site, self.shared_site) if site not in nodes]
+        if missing:
+            raise ValueError(f"the model's prior draw has no sites {missing}; its sites are {sorted(nodes)}")
+        return sum(int(nodes[site]["value"].shape[-1]) for site in (self.salient_site, self.shared_site))
+
     @torch.no_grad()
     def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Detached ``s (B, D_s)``, ``z (B, D_z)`` sampled from the guide on the target batch
         (the background is not encoded: the discriminator never sees it)."""
-        target_only = {name: value for name, value in batch.items() if name != "background"}
+        target_only = {name: value for name, value in batch.items() if name in self.guide_arguments}
         with poutine.block():
             nodes = poutine.trace(model.guide).get_trace(**target_only).nodes
         return nodes[self.salient_site]["value"], nodes[self.shared_site]["value"]
@@ -197,6 +226,8 @@ class ContrastiveELBO(MeanFieldELBO):
     :param shared_site: the model's site of z on the target.
     :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`, e.g.
         ``[Capacity("target_z", gamma=10.0, capacity=LinearCapacity(0, 5, 10_000))]``.
+    :param input_dim: the discriminator's input size D_s + D_z (``None``: read from a prior
+        draw of the model, :meth:`TotalCorrelation.discriminator_input_dim`).
     :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``).
 
     Differences from the authors' code: they train D and the VAE with one loss and one
@@ -216,10 +247,11 @@ class ContrastiveELBO(MeanFieldELBO):
         salient_site: str = "target_s",
         shared_site: str = "target_z",
         extra_terms: Sequence[Term] = (),
+        input_dim: int | None = None,
         **kwargs,
     ) -> None:
         self.total_correlation = TotalCorrelation(
-            salient_site, shared_site, gamma, discriminator, discriminator_hidden, discriminator_lr
+            salient_site, shared_site, gamma, discriminator, discriminator_hidden, discriminator_lr, input_dim
         )
         super().__init__(terms=[self.total_correlation, *extra_terms], **kwargs)
 

@@ -160,3 +160,30 @@ def test_the_discriminator_step_takes_the_elbo_steps_samples_as_arguments_withou
         torch.testing.assert_close(taken[name], value)
         assert not taken[name].requires_grad
     assert torch.isfinite(values["discriminator_loss"])
+
+
+def test_tc_term_reads_its_input_size_from_the_models_sites_without_touching_the_random_state():
+    model = small_model()
+    elbo = ContrastiveELBO(gamma=1.0)
+    state = torch.get_rng_state()
+
+    size = elbo.total_correlation.discriminator_input_dim(model)
+
+    assert size == model.salient_dim + model.shared_dim
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_tc_term_takes_its_input_size_and_guide_arguments_as_arguments():
+    from ppl_vae.infer import TotalCorrelation
+
+    class NoPriorDraws(torch.nn.Module):  # a model whose model() takes no batch_size
+        def model(self, target=None, background=None):
+            raise AssertionError("the term must not run the model when input_dim is given")
+
+    term = TotalCorrelation("target_s", "target_z", gamma=1.0, input_dim=7, guide_arguments=("x",))
+    (step,) = term.auxiliary_steps(NoPriorDraws())
+
+    assert sum(p.numel() for p in step.parameters) == 7 + 1, "a linear discriminator on 7 inputs"
+    assert term.guide_arguments == ("x",)
+    with pytest.raises(ValueError, match="input_dim"):
+        TotalCorrelation("target_s", "target_z", gamma=1.0).auxiliary_steps(NoPriorDraws())
