@@ -158,11 +158,11 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 
 def write_record(path: Path, record: Mapping[str, Any]) -> None:
-    """Write ``record`` as indented JSON, atomically (a temporary file renamed over it)."""
+    """Write ``record`` as indented JSON with the library's atomic writer."""
+    from ppl_vae._files import write_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomically(path, lambda handle: handle.write(json.dumps(record, indent=1) + "\n"))
 
 
 def code_commit() -> str:

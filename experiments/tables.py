@@ -126,9 +126,14 @@ def no_target(records: Records) -> tuple[bool | None, str]:
 class Table:
     """The rows of one table and the figures of its columns."""
 
-    columns: list[Column]
+    figures: list[Column]
     rows: list[Row]
     shape_column: bool = False
+
+    @property
+    def columns(self) -> list[Column]:
+        """The figures' columns, and the shape accuracy where the table shows it."""
+        return [*self.figures, ("shape accuracy", shape_accuracy)] if self.shape_column else self.figures
 
 
 TABLES: dict[str, Table] = {
@@ -179,7 +184,7 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
     pending = f" ({len(started)} more unfinished)" if started else ""
     met, why = row.target(records)
     verdict = {True: "**met**", False: "**not met**", None: "not yet decided"}[met] + f": {why}"
-    columns = [*table.columns, ("shape accuracy", shape_accuracy)] if table.shape_column else table.columns
+    columns = table.columns
     if not done:
         return [row.label, "no complete record yet" + pending, "", "", *[""] * len(columns), row.paper, verdict]
     steps = sorted({r["steps"] for r in done})
@@ -196,7 +201,7 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
 def render(name: str, records: Records) -> str:
     """The Markdown table ``name`` from ``records``."""
     table = TABLES[name]
-    columns = [*table.columns, ("shape accuracy", shape_accuracy)] if table.shape_column else table.columns
+    columns = table.columns
     header = ["experiment", "seeds", "steps", "wall time per run, commit", *[label for label, _ in columns], "paper",
               "target"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]

@@ -110,7 +110,7 @@ def authors_settings(config: PartedConfig) -> PartedConfig:
     )
 
 
-def _mnist_pools(config: PartedConfig) -> tuple[TrainingData, TrainingData]:
+def mnist_pools(config: PartedConfig) -> tuple[TrainingData, TrainingData]:
     """(training pool, evaluation set) of MNIST, binarised once (``MNIST(binarize="fixed")``:
     the model's likelihood is a Bernoulli); see :class:`PartedConfig` ``mnist_dir``."""
     from ppl_vae.data import MNIST
@@ -181,7 +181,7 @@ def build(config: PartedConfig) -> Experiment:
         evaluation = _dsprites_evaluation(data, config.num_eval, config.train.seed)
         num_classes = data.source.factor_sizes[SHAPE]
     else:
-        data, evaluation = _mnist_pools(config)
+        data, evaluation = mnist_pools(config)
         num_classes = 10
     model_inputs = {"image_shape": list(data.x.shape[1:]), "num_classes": num_classes}
     model, objective = build_untrained(config, model_inputs)
@@ -214,11 +214,6 @@ def build(config: PartedConfig) -> Experiment:
         description += f", Factor score, MIG, SAP, DCI and the beta-VAE metric ({config.factor_score_votes:,} votes)"
     return Experiment(model, objective, train_data, evaluate, model_inputs, evaluation=description)
 
-
-
-def mnist_pools(config: PartedConfig) -> tuple[TrainingData, TrainingData]:
-    """(training pool, held-out images) of an MNIST config, as :func:`build` makes them."""
-    return _mnist_pools(config)
 
 
 def split_held_out(data: TrainingData, n: int, seed: int) -> tuple[TrainingData, TrainingData]:
