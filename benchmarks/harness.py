@@ -34,12 +34,12 @@ from ppl_vae import fit
 from ppl_vae._storage import stored_as_float
 from ppl_vae.data import DSprites
 from ppl_vae.infer import (
+    MeanFieldELBO,
     ReplayedLoss,
     TrainingIteration,
     auxiliary_modules,
     auxiliary_steps,
     replay_obstacle,
-    set_training_step,
 )
 from ppl_vae.infer.iteration import step_inputs
 
@@ -131,7 +131,9 @@ def svi_loop(workload: Workload) -> Step:
     model, objective = workload.build()
     svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": workload.lr}), objective)
     steps = [(step, adam(step.parameters, step.lr or workload.lr)) for step in auxiliary_steps(objective, model)]
-    batches = workload.batches()
+    batches, counter = workload.batches(), itertools.count()
+    # the library's objectives read the training step; a plain Pyro ELBO follows no schedule
+    training_step = (lambda t: {"step": t}) if isinstance(objective, MeanFieldELBO) else (lambda t: {})
 
     def auxiliary(when: str, batch: dict[str, Any]) -> None:
         for step, optimizer in steps:
@@ -142,7 +144,7 @@ def svi_loop(workload: Workload) -> Step:
         batch = batches()
         auxiliary("before", batch)
         with pyro.validation_enabled(False):
-            svi.step(**step_inputs(batch, None))
+            svi.step(**step_inputs(batch, None), **training_step(next(counter)))
         auxiliary("after", batch)
 
     return iteration
@@ -165,9 +167,8 @@ def plain_loop(workload: Workload, replay: bool = False) -> Step:
     batches, counter = workload.batches(), itertools.count()
 
     def step() -> None:
-        set_training_step(next(counter))
         with pyro.validation_enabled(False):
-            iteration(batches())
+            iteration(batches(), next(counter))
 
     return step
 

@@ -16,7 +16,7 @@ from ppl_vae.infer.parted import (
     classification_loss,
 )
 from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step, training_step
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
 from ppl_vae.infer.terms import Capacity, Term, TermSites
 from ppl_vae.models.variables import ClassVariable
@@ -35,7 +35,6 @@ __all__ = [
     "TotalCorrelation",
     "TrainingIteration",
     "TrainingLoss",
-    "training_step",
     "all_gather",
     "global_batch",
     "shared_permutation",
@@ -56,5 +55,4 @@ __all__ = [
     "mmd_dimensionwise",
     "permute_shared",
     "replay_obstacle",
-    "set_training_step",
 ]

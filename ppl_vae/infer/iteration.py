@@ -15,9 +15,11 @@ Lightning's optimisers and backward; a notebook or a benchmark calls it directly
 
     iteration = TrainingIteration(model, PartedELBO(), lr=5e-4)
     for step in range(steps):
-        set_training_step(step)
-        values = iteration({"x": x[batch], "labelled": {"x": xl[pick], "y": yl[pick]}})
+        values = iteration({"x": x[batch], "labelled": {"x": xl[pick], "y": yl[pick]}}, step)
         # values: "classifier_loss", "elbo_loss" and the objective's logged terms
+
+The training step is an argument of each call: the ELBO step hands it to the objective, whose
+schedules read it (:mod:`ppl_vae.infer.schedules`).
 
 The ELBO step hands the steps after it what they take from it as arguments
 (:class:`~ppl_vae.infer.steps.TrainingLoss`): the contrastive VAE's discriminator step is
@@ -60,8 +62,8 @@ class TrainingIteration:
         its ``auxiliary_steps(model)`` are taken around it.
     :param lr: the learning rate of every optimiser whose step names none.
     :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
-    :param elbo_loss: the ELBO step as ``(**batch) -> TrainingLoss``; default
-        ``objective.training_loss(model.model, model.guide, **batch)``
+    :param elbo_loss: the ELBO step as ``(step=t, **batch) -> TrainingLoss``; default
+        ``objective.training_loss(model.model, model.guide, step=t, **batch)``
         (:func:`~ppl_vae.infer.steps.training_loss`; a :class:`~ppl_vae.infer.ReplayedLoss`
         fits here).
     :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
@@ -113,10 +115,12 @@ class TrainingIteration:
         self.backward(loss)
         optimizer.step()
 
-    def __call__(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Take one iteration on ``batch``: the ELBO step reads its top-level tensors and every
-        group no auxiliary step claims, each auxiliary step its own group (or the ELBO's inputs).
-        Each step after the ELBO step also takes the arguments the ELBO step hands it.
+    def __call__(self, batch: Batch, step: int | torch.Tensor) -> dict[str, torch.Tensor]:
+        """Take one iteration on ``batch`` at training step ``step`` (an int >= 0 or a 0-dim
+        tensor, passed to the objective as its ``step`` argument): the ELBO step reads its
+        top-level tensors and every group no auxiliary step claims, each auxiliary step its own
+        group (or the ELBO's inputs). Each step after the ELBO step also takes the arguments the
+        ELBO step hands it.
         Returns each step's loss (``"elbo_loss"``, ``"classifier_loss"``, ...) and the
         objective's logged values, detached (read them with ``float`` only when needed: on a GPU
         each read waits for the device)."""
@@ -125,17 +129,17 @@ class TrainingIteration:
             elbo_inputs.update(batch[name])
         elbo_optimizer, *step_optimizers = self.optimizers
         values: dict[str, torch.Tensor] = {}
-        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
-            if step.when == "before":
-                values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs)
-        elbo: TrainingLoss = self.elbo_loss(**elbo_inputs, **self.elbo_arguments)
+        for auxiliary, optimizer in zip(self.steps, step_optimizers, strict=True):
+            if auxiliary.when == "before":
+                values[f"{auxiliary.name}_loss"] = self._auxiliary(auxiliary, optimizer, batch, elbo_inputs)
+        elbo: TrainingLoss = self.elbo_loss(**elbo_inputs, **self.elbo_arguments, step=step)
         values.update(elbo.logged)
         self.take_step(elbo_optimizer, elbo.loss)
         values["elbo_loss"] = elbo.loss.detach()
-        for step, optimizer in zip(self.steps, step_optimizers, strict=True):
-            if step.when == "after":
-                arguments = elbo.step_arguments.get(step.name, {})
-                values[f"{step.name}_loss"] = self._auxiliary(step, optimizer, batch, elbo_inputs, arguments)
+        for auxiliary, optimizer in zip(self.steps, step_optimizers, strict=True):
+            if auxiliary.when == "after":
+                arguments = elbo.step_arguments.get(auxiliary.name, {})
+                values[f"{auxiliary.name}_loss"] = self._auxiliary(auxiliary, optimizer, batch, elbo_inputs, arguments)
         return values
 
     def _auxiliary(

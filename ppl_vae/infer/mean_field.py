@@ -132,27 +132,35 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
     ``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms,
-    not to the model and guide.
+    not to the model and guide. So does ``step``, the training step (an int >= 0 or a 0-dim
+    tensor) that the terms' schedules read (:attr:`~ppl_vae.infer.terms.TermSites.step`); with
+    ``model_takes_step`` it goes to the model and guide as well.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
 
         elbo = MeanFieldELBO(terms=[Capacity("z", gamma=1000.0, capacity=LinearCapacity(0, 25, 100_000))])
         svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo)
         for step, x in enumerate(batches):
-            set_training_step(step)
-            svi.step(x)
+            svi.step(x, step=step)
 
     :param beta: weight of every KL the ELBO counts, >= 0 (a beta-VAE; 0 leaves the
         reconstruction and the terms).
     :param terms: extra :class:`~ppl_vae.infer.terms.Term` s, added in this order; names must
         be unique.
+    :param model_takes_step: whether the model and guide take the training step as their
+        ``step`` keyword argument too (a guide that follows a schedule, as
+        :class:`~ppl_vae.models.PartedVAE`'s attention sharpness does); otherwise only the
+        terms read it.
     :param kwargs: passed to :class:`~pyro.infer.TraceMeanField_ELBO` (``num_particles``,
         ``max_plate_nesting``).
     """
 
-    def __init__(self, beta: float = 1.0, terms: Sequence[Term] = (), **kwargs: Any) -> None:
+    def __init__(self, beta: float = 1.0, terms: Sequence[Term] = (), model_takes_step: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.beta = check_weight(beta, "beta")
+        if not isinstance(model_takes_step, bool):
+            raise ValueError(f"model_takes_step must be True or False, got {model_takes_step!r}")
+        self.model_takes_step = model_takes_step
         self.terms: tuple[Term, ...] = tuple(terms)
         for term in self.terms:
             if not isinstance(term, Term):
@@ -198,19 +206,24 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         guide_trace: Trace,
         module: nn.Module | None = None,
         inputs: Mapping[str, Any] | None = None,
+        step: int | torch.Tensor | None = None,
     ) -> Callable:
         """The model followed by one ``pyro.factor(term.name, -w N v)`` per term, outside every
         plate, its sites read against ``guide_trace`` (the guide's run on the same arguments).
 
+        :param model: the model callable.
+        :param guide: the guide callable (the terms may encode other data with it).
+        :param guide_trace: the guide's trace of the same particle.
         :param module: the module the terms read networks from; default: the one ``model`` is a
             method of.
-        :param inputs: the keyword arguments the terms take (:meth:`Term.inputs`)."""
+        :param inputs: the keyword arguments the terms take (:meth:`Term.inputs`).
+        :param step: the training step the terms' schedules read (:attr:`TermSites.step`)."""
         module = module if module is not None else model_module(model)
 
         def model_with_terms(*args, **kwargs):
             with _SampleSites() as capture:
                 result = model(*args, **kwargs)
-            sites = TermSites(guide_trace, capture.sites, module, guide, dict(inputs or {}))
+            sites = TermSites(guide_trace, capture.sites, module, guide, dict(inputs or {}), step)
             for term in self.terms:
                 with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or self._keep_graph)):
                     value, parts = term.evaluate(sites)
@@ -235,20 +248,22 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         return self._get_trace(model, guide, args, kwargs)
 
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
+        step = kwargs.get("step")
+        inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
+        kwargs = {name: value for name, value in kwargs.items()
+                  if name not in inputs and (name != "step" or self.model_takes_step)}
         if isinstance(poutine.unwrap(guide), Messenger):
             if self.terms:
                 raise ValueError("extra terms need a guide function, not a GuideMessenger")
             return super()._get_trace(model, guide, args, kwargs)
         self.logged, self._step_arguments = {}, {}
-        inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
-        kwargs = {name: value for name, value in kwargs.items() if name not in inputs}
         module, plain_guide = model_module(model), guide
         replaced = self.replaced_sites(model)
         if replaced:
             model, guide = _MaskSites(replaced)(model), _MaskSites(replaced)(guide)
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         if self.terms:
-            model = self.with_terms(model, plain_guide, guide_trace, module, inputs)
+            model = self.with_terms(model, plain_guide, guide_trace, module, inputs, step)
         model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
         if is_validation_enabled():
             check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)

@@ -143,7 +143,7 @@ class ClassCapacity(ClassTerm):
                 dist.Normal(loc.unsqueeze(-2), scale.unsqueeze(-2)).to_event(1), priors.to_event(1)
             )
             kl = kl + all_gather((q * kl_to_classes).sum(-1)).mean()
-        target = kl.new_tensor(self.capacity())
+        target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 
 
@@ -278,8 +278,9 @@ class PartedELBO(MeanFieldELBO):
     The class terms read the model's ``class_variables()`` (:class:`~ppl_vae.models.PartedVAE`
     declares its ``("c{i}", "u{i}", "class_priors.{i}")``). Given labels, c is observed in the
     model and absent from the guide: its one-hot value weights the KL of u, and it adds no
-    entropy or aggregate term. The capacities read the training step
-    (:func:`~ppl_vae.infer.schedules.set_training_step`).
+    entropy or aggregate term. The capacities read the training step, the ``step`` keyword
+    of the objective's call (``svi.step(x, step=t)``), which the objective also passes to the
+    model and guide (their attention sharpness follows it: ``model_takes_step``).
 
     **Scaling.** The authors average every term over the minibatch. Here the loss follows
     Pyro's convention of a sum over data points: the observed sites' log-likelihood as Pyro
@@ -341,7 +342,8 @@ class PartedELBO(MeanFieldELBO):
             AggregateClassKL(check_weight(gamma_c, "gamma_c")),
             BhattacharyyaPenalty(check_weight(gamma_bc, "gamma_bc"), delta),
         ]
-        super().__init__(terms=[*terms, *extra_terms], num_particles=num_particles, max_plate_nesting=max_plate_nesting)
+        super().__init__(terms=[*terms, *extra_terms], model_takes_step=True, num_particles=num_particles,
+                         max_plate_nesting=max_plate_nesting)
         if classifier_lr is not None and not classifier_lr > 0:
             raise ValueError(f"classifier_lr must be > 0 or None, got {classifier_lr!r}")
         self.labelled_group = labelled_group

@@ -331,8 +331,9 @@ class ReplayedLoss:
             )
         self._recordings: OrderedDict[Signature, fx.GraphModule] = OrderedDict()
 
-    def __call__(self, **batch: torch.Tensor) -> TrainingLoss:
-        """The ELBO step on ``batch`` (its loss a scalar tensor with gradients), by replay."""
+    def __call__(self, step: int | torch.Tensor | None = None, **batch: torch.Tensor) -> TrainingLoss:
+        """The ELBO step on ``batch`` (its loss a scalar tensor with gradients), by replay;
+        ``step`` is not read (a replayed objective follows no schedule)."""
         if self.eager:
             return self.training_loss(**batch)
         self._check_call()

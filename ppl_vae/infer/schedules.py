@@ -1,15 +1,18 @@
 r"""Schedules: quantities that change with the training step.
 
-A schedule is a callable ``step -> value``. Called without a step it reads *the* training
-step, one number for the whole process that the training loop sets once per iteration with
-:func:`set_training_step` (the engine, :func:`ppl_vae.fit`, does it; a plain SVI loop calls it
-itself), so that every schedule of the model and the objective (capacities, attention
-sharpness) sees the same t::
+A schedule is a callable ``step -> value``, and the training step reaches it as an argument:
+the training loop hands its step to the objective's call (``svi.step(x, step=t)``,
+:class:`~ppl_vae.infer.TrainingIteration` and the engine do it), the objective hands it to
+its terms (:attr:`~ppl_vae.infer.terms.TermSites.step`) and, for a model whose guide follows a
+schedule (PartedVAE's attention sharpness), to the model and guide. Nothing is kept between
+calls::
 
     capacity = LinearCapacity(c_min=0.0, c_max=30.0, num_steps=300_000)
     capacity(0), capacity(150_000), capacity(10**6)   # 0.0, 15.0, 30.0
-    set_training_step(150_000)
-    capacity()                                         # 15.0
+    capacity(torch.tensor(150_000))                    # tensor(15.): a tensor step, a tensor value
+
+A step given as a tensor gives a tensor value, so a loss computed from schedules can be
+compiled once and fed a new step every iteration.
 
 - :class:`LinearSchedule`: a straight line from ``start`` to ``end`` over ``num_steps``
   steps, constant afterwards, in either direction (a growing attention sharpness, a
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["LinearCapacity", "LinearSchedule", "holds_schedule", "set_training_step", "training_step"]
+import torch
 
-_training_step = 0
+__all__ = ["LinearCapacity", "LinearSchedule", "holds_schedule"]
 
 
 def _finite(value: float, name: str) -> float:
@@ -36,22 +39,16 @@ def _finite(value: float, name: str) -> float:
     return number
 
 
-def _check_step(step: int) -> int:
+def _check_step(step: int | torch.Tensor) -> int | torch.Tensor:
+    """``step``, or a ``ValueError`` unless it is an int >= 0 or a 0-dim tensor (whose sign is
+    not read: that would wait on the device)."""
+    if torch.is_tensor(step):
+        if step.dim() != 0:
+            raise ValueError(f"step must be a non-negative integer or a 0-dim tensor, got a tensor of shape {tuple(step.shape)}")
+        return step
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        raise ValueError(f"step must be a non-negative integer or a 0-dim tensor, got {step!r}")
     return step
-
-
-def set_training_step(step: int) -> None:
-    """Set t, the training step every schedule reads when called without one; call it once per
-    training iteration, before the iteration's steps (the engine does)."""
-    global _training_step
-    _training_step = _check_step(step)
-
-
-def training_step() -> int:
-    """The training step last set by :func:`set_training_step` (0 before any)."""
-    return _training_step
 
 
 def holds_schedule(*components: object) -> bool:
@@ -102,9 +99,14 @@ class LinearSchedule:
             )
         return cls(start, end, (end - start) / rate)
 
-    def __call__(self, step: int | None = None) -> float:
-        """The value at training step ``step`` (>= 0; default: :func:`training_step`)."""
-        progress = min((_training_step if step is None else _check_step(step)) / self.num_steps, 1.0)
+    def __call__(self, step: int | torch.Tensor) -> float | torch.Tensor:
+        """The value at training step ``step``: a float for an int step (>= 0), a float tensor
+        for a 0-dim tensor step (on its device)."""
+        step = _check_step(step)
+        if torch.is_tensor(step):
+            progress = (step / self.num_steps).clamp(max=1.0)
+        else:
+            progress = min(step / self.num_steps, 1.0)
         return self.start + (self.end - self.start) * progress
 
     def __repr__(self) -> str:

@@ -86,14 +86,16 @@ class TrainingLoss(NamedTuple):
 
 
 def training_loss(objective: Any, model: Callable, guide: Callable) -> Callable[..., TrainingLoss]:
-    """``(**batch) -> TrainingLoss`` of ``objective``: its ``training_loss(model, guide,
-    **batch)`` (:class:`~ppl_vae.infer.MeanFieldELBO` and its presets), or its
-    ``differentiable_loss`` with nothing logged and no step arguments (a plain Pyro ELBO)."""
+    """``(step=t, **batch) -> TrainingLoss`` of ``objective``: its ``training_loss(model, guide,
+    step=t, **batch)`` (:class:`~ppl_vae.infer.MeanFieldELBO` and its presets, whose terms read
+    the training step), or its ``differentiable_loss(model, guide, **batch)`` with nothing
+    logged and no step arguments (a plain Pyro ELBO, which follows no schedule: the step is
+    not passed on)."""
     declared = getattr(objective, "training_loss", None)
     if declared is not None:
         return functools.partial(declared, model, guide)
 
-    def plain(**batch: torch.Tensor) -> TrainingLoss:
+    def plain(step: int | torch.Tensor | None = None, **batch: torch.Tensor) -> TrainingLoss:
         return TrainingLoss(objective.differentiable_loss(model, guide, **batch), {}, {})
 
     return plain

@@ -113,6 +113,9 @@ class TermSites:
         aggregate posterior).
     :param inputs: the keyword arguments of the objective's call that the terms take
         (:meth:`Term.inputs`), e.g. ``{"aggregate_data": {"x": X}}``; those not given are absent.
+    :param step: the training step of the objective's call (its ``step`` keyword argument: an
+        int >= 0 or a 0-dim tensor), which the terms' schedules read (:meth:`at_step`);
+        ``None`` when the call gave none.
     """
 
     guide_trace: Trace
@@ -120,6 +123,17 @@ class TermSites:
     module: nn.Module | None
     guide: Callable
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    step: int | torch.Tensor | None = None
+
+    def at_step(self, schedule: LinearSchedule, term: str) -> torch.Tensor | float:
+        """``schedule``'s value at :attr:`step`; a ``ValueError`` naming ``term`` when the
+        objective's call gave no step."""
+        if self.step is None:
+            raise ValueError(
+                f"term {term!r} follows a schedule over the training step: pass the step to the objective's "
+                "call as step=t (e.g. svi.step(x, step=t)); got no step"
+            )
+        return schedule(self.step)
 
     def model_site(self, name: str) -> dict:
         """The model's sample site ``name``; a ``ValueError`` naming it if the model has none."""
@@ -198,8 +212,8 @@ class Capacity(Term):
 
     :param site: the latent site (in model and guide).
     :param gamma: weight gamma.
-    :param capacity: C(t), a schedule over the training step
-        (:func:`~ppl_vae.infer.schedules.set_training_step`).
+    :param capacity: C(t), a schedule over the training step (the ``step`` of the
+        objective's call, :attr:`TermSites.step`).
     :param name: the factor's name; default ``"capacity_<site>"``.
     """
 
@@ -213,7 +227,7 @@ class Capacity(Term):
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean."""
         kl = all_gather(_kl(sites.guide_site(self.site), sites.model_site(self.site))).mean()
-        target = kl.new_tensor(self.capacity())
+        target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:

@@ -87,10 +87,10 @@ class PartedVAE(PyroModule):
     :param likelihood: ``"bernoulli"`` (dSprites, MNIST), ``"gaussian"`` or ``"laplace"``.
     :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
     :param temperature: Gumbel-softmax temperature of q(c | x), > 0 (authors: 0.67).
-    :param sharpness: schedule of the attention sharpness k over the training step
-        (:func:`~ppl_vae.infer.schedules.set_training_step`); default
-        ``LinearSchedule.from_rate(1, 2e-4, 8)`` (the authors'); at evaluation (``eval()``
-        mode and in :meth:`encode`) k is the schedule's end value.
+    :param sharpness: schedule of the attention sharpness k over the training step, which
+        the model and guide take as their ``step`` argument (:class:`~ppl_vae.infer.PartedELBO`
+        passes its own on); default ``LinearSchedule.from_rate(1, 2e-4, 8)`` (the authors');
+        without a step (evaluation, :meth:`encode`) k is the schedule's end value.
     :param data_size: N; when set, per-point sites are scaled by N / B.
     :param class_prior_init: how the class priors' log-variance parameters start
         (:class:`~ppl_vae.distributions.ClassConditionalGaussianPrior`): ``"zeros"``, or
@@ -247,9 +247,10 @@ class PartedVAE(PyroModule):
         L_i class priors (what :mod:`ppl_vae.infer.terms`' class terms read)."""
         return tuple(ClassVariable(f"c{i}", f"u{i}", f"class_priors.{i}") for i in range(self.num_variables))
 
-    def current_sharpness(self) -> float:
-        """k: the schedule's value at the training step when training, its end value in eval mode."""
-        return self.sharpness() if self.training else self.sharpness.end
+    def sharpness_at(self, step: int | torch.Tensor | None) -> float | torch.Tensor:
+        """k at training step ``step`` (an int >= 0 or a 0-dim tensor); the schedule's end
+        value for ``None`` (a trained model)."""
+        return self.sharpness.end if step is None else self.sharpness(step)
 
     def check_labels(self, y: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Labels as an int64 ``(B, V)`` tensor; ``y`` is ``(B,)`` for one variable or ``(B, V)``.
@@ -286,10 +287,16 @@ class PartedVAE(PyroModule):
 
     @pyro_method
     def model(
-        self, x: torch.Tensor | None = None, y: torch.Tensor | None = None, batch_size: int | None = None
+        self,
+        x: torch.Tensor | None = None,
+        y: torch.Tensor | None = None,
+        batch_size: int | None = None,
+        step: int | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """p(x, c, u, z) for ``x (B, *event)``, ``y (B,)`` or ``(B, V)`` int (observes c); without
         ``x``, ``batch_size`` prior predictive draws. Returns the decoded batch ``(B, *event)``.
+        ``step`` is the guide's (the model does not depend on it; the two take the same
+        arguments).
         With Pyro::
 
             prior_draws = Predictive(parted.model, num_samples=S)(batch_size=B)  # "x" (S, B, *event), "c0"
@@ -321,14 +328,15 @@ class PartedVAE(PyroModule):
         return decoded
 
     @pyro_method
-    def guide(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
-        """q(z, c, u | x) for ``x (B, *event)``; with labels ``y`` c is not sampled. Returns
-        the sampled ``[z, u] (B, latent_dim)``."""
+    def guide(self, x: torch.Tensor, y: torch.Tensor | None = None, step: int | torch.Tensor | None = None) -> torch.Tensor:
+        """q(z, c, u | x) for ``x (B, *event)``; with labels ``y`` c is not sampled; the
+        attention sharpness is k(``step``) (:meth:`sharpness_at`; the end value without a step).
+        Returns the sampled ``[z, u] (B, latent_dim)``."""
         batch = x.shape[0]
         labels = None if y is None else self.check_labels(y, batch)
         h = self.encoder(x)
         z_loc, z_scale = self.z_head(h)
-        sharpness = self.current_sharpness()
+        sharpness = self.sharpness_at(step)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             latents = [pyro.sample("z", dist.Normal(z_loc, z_scale).to_event(1))]
             for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):

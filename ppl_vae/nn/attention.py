@@ -15,7 +15,7 @@ class AttentionGate(nn.Module):
 
     The sharpness k is passed to :meth:`forward` rather than stored, so the schedule that
     sets it (PartedVAE: 1 growing by 2e-4 per step up to 8, and 8 at evaluation) lives
-    with the model that owns the training step.
+    with the model, whose guide takes the training step as an argument.
 
     :param num_classes: L, the number of values of the categorical variable.
     :param features: F, the width of the encoder features the gate multiplies.
@@ -31,8 +31,9 @@ class AttentionGate(nn.Module):
         self.num_classes = int(num_classes)
         self.features = int(features)
 
-    def forward(self, c: torch.Tensor, sharpness: float = 1.0) -> torch.Tensor:
-        """Gate ``(B, F)`` for one-hot or relaxed one-hot ``c (B, L)``; ``sharpness`` k > 0."""
+    def forward(self, c: torch.Tensor, sharpness: float | torch.Tensor = 1.0) -> torch.Tensor:
+        """Gate ``(B, F)`` for one-hot or relaxed one-hot ``c (B, L)``; ``sharpness`` k > 0
+        (a float or a 0-dim tensor)."""
         if c.shape[-1] != self.num_classes:
             raise ValueError(
                 f"c must have shape (batch, {self.num_classes}), got {tuple(c.shape)}"

@@ -22,7 +22,6 @@ from torch import nn
 from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.replay import ReplayedLoss, batch_signature
-from ppl_vae.infer.schedules import set_training_step
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.checkpoint import tensor_digest
@@ -187,8 +186,7 @@ class SVIModule(L.LightningModule):
             self._check_finite(torch.stack([v for values in self._logged for v in values.values()]))
 
     def _training_iteration(self, batch: TensorGroups) -> None:
-        set_training_step(self.iteration)
-        self._current = self.training_iteration(batch)
+        self._current = self.training_iteration(batch, self.iteration)
         if not self._logged:
             self._logged_from = self.iteration
         self._logged.append(self._current)

@@ -16,7 +16,6 @@ from ppl_vae.infer import (
     LinearCapacity,
     MeanFieldELBO,
     PartedELBO,
-    set_training_step,
 )
 from ppl_vae.models import VAE, ContrastiveVAE, DecompositionVAE, PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
@@ -108,10 +107,9 @@ def named_parameters(model: nn.Module, objective) -> dict[str, nn.Parameter]:
 def evaluate(model: nn.Module, objective, batch: dict, step: int) -> dict:
     """``{"loss", "grads": {name: tensor}, "params": {name: tensor}}`` of one differentiable loss
     at seed 7 and training step ``step``."""
-    set_training_step(step)
     params = named_parameters(model, objective)
     pyro.set_rng_seed(7)
-    loss = objective.differentiable_loss(model.model, model.guide, **batch)
+    loss = objective.differentiable_loss(model.model, model.guide, **batch, step=step)
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     return {
         "loss": loss.detach(),

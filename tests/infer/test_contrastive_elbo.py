@@ -155,7 +155,7 @@ def test_the_discriminator_step_takes_the_elbo_steps_samples_as_arguments_withou
     drawn = elbo.training_loss(model.model, model.guide, **data).step_arguments["discriminator"]
     monkeypatch.setattr(elbo.total_correlation, "guide_samples", pytest.fail)
     pyro.set_rng_seed(3)
-    values = iteration(data)
+    values = iteration(data, 0)
     for name, value in drawn.items():
         torch.testing.assert_close(taken[name], value)
         assert not taken[name].requires_grad

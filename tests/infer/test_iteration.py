@@ -6,7 +6,7 @@ import pytest
 import torch
 from pyro.infer import SVI
 
-from ppl_vae.infer import ContrastiveELBO, LinearCapacity, PartedELBO, TrainingIteration, set_training_step
+from ppl_vae.infer import ContrastiveELBO, LinearCapacity, PartedELBO, TrainingIteration
 from ppl_vae.models import ContrastiveVAE, PartedVAE
 
 EVENT = (12,)
@@ -43,7 +43,7 @@ def test_no_gradient_of_one_step_reaches_the_next_steps_update():
     reference, _, _ = parted()
     reference.load_state_dict(model.state_dict())
     pyro.set_rng_seed(4)
-    iteration(batch)
+    iteration(batch, 0)
     # the same two steps by hand, the ELBO's gradient computed on fresh .grad
     classifier = torch.optim.SGD(list(reference.classifier_parameters()), lr=1e-2)
     elbo = torch.optim.SGD(reference.parameters(), lr=1e-2)
@@ -53,7 +53,7 @@ def test_no_gradient_of_one_step_reaches_the_next_steps_update():
     loss.backward()
     classifier.step()
     elbo.zero_grad(set_to_none=True)
-    objective.differentiable_loss(reference.model, reference.guide, x=batch["x"]).backward()
+    objective.differentiable_loss(reference.model, reference.guide, x=batch["x"], step=0).backward()
     elbo.step()
     for key, value in model.state_dict().items():
         torch.testing.assert_close(value, reference.state_dict()[key])
@@ -67,7 +67,7 @@ def test_plain_svi_after_a_classifier_step_taken_by_hand_leaks_its_gradients():
     objective.auxiliary_steps(leaky)[0].loss(**batch["labelled"]).backward()  # a classifier step without zero_grad after
     for model in (leaky, clean):
         pyro.set_rng_seed(2)
-        SVI(model.model, model.guide, pyro.optim.SGD({"lr": 1.0}), objective).step(batch["x"])
+        SVI(model.model, model.guide, pyro.optim.SGD({"lr": 1.0}), objective).step(batch["x"], step=0)
     differs = {n for n, p in leaky.named_parameters() if not torch.equal(p, clean.state_dict()[n])}
     assert differs and all(n.startswith(("encoder", "class_heads")) for n in differs)
 
@@ -79,7 +79,7 @@ def test_the_discriminator_step_after_the_elbo_trains_only_the_discriminator():
     iteration = TrainingIteration(model, objective, lr=1e-2)
     batch = {"target": binary(8), "background": binary(6, 2)}
     before = {name: p.detach().clone() for name, p in objective.discriminator.named_parameters()}
-    values = iteration(batch)
+    values = iteration(batch, 0)
     assert {"elbo_loss", "discriminator_loss", "total_correlation", "reconstruction"} <= set(values)
     assert any(not torch.equal(p, before[n]) for n, p in objective.discriminator.named_parameters())
 
@@ -89,8 +89,7 @@ def test_training_iterations_lower_the_loss():
     iteration = TrainingIteration(model, objective, lr=1e-2)
     losses = []
     for step in range(40):
-        set_training_step(step)
-        losses.append(float(iteration(batch)["elbo_loss"]))
+        losses.append(float(iteration(batch, step)["elbo_loss"]))
     assert sum(losses[-5:]) < sum(losses[:5])
 
 
@@ -99,4 +98,4 @@ def test_bad_settings_name_the_argument():
     with pytest.raises(ValueError, match="lr"):
         TrainingIteration(model, objective, lr=float("inf"))
     with pytest.raises(ValueError, match="labelled"):
-        TrainingIteration(model, objective)({"x": batch["x"]})
+        TrainingIteration(model, objective)({"x": batch["x"]}, 0)

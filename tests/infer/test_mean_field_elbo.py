@@ -122,7 +122,7 @@ def test_library_objectives_train_the_same_with_and_without_validation(name):
     for validate in (True, False):
         pyro.set_rng_seed(5)
         with pyro.validation_enabled(validate):
-            loss = objective.differentiable_loss(model.model, model.guide, **batch)
+            loss = objective.differentiable_loss(model.model, model.guide, **batch, step=3)
         terms = {key: value.clone() for key, value in objective.logged.items()}
         params = [p for p in model.parameters() if p.requires_grad]
         grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -155,10 +155,10 @@ def test_a_site_scored_without_gradients_is_scored_again_for_the_loss():
 def test_training_loss_returns_the_loss_and_logged_values_of_differentiable_loss_and_leaves_logged_alone(name):
     model, objective, batch = _objectives()[name]
     pyro.set_rng_seed(5)
-    loss = objective.differentiable_loss(model.model, model.guide, **batch)
+    loss = objective.differentiable_loss(model.model, model.guide, **batch, step=3)
     logged = dict(objective.logged)
     pyro.set_rng_seed(5)
-    result = objective.training_loss(model.model, model.guide, **batch)
+    result = objective.training_loss(model.model, model.guide, **batch, step=3)
     torch.testing.assert_close(result.loss, loss)
     assert result.loss.requires_grad
     assert result.logged.keys() == logged.keys()

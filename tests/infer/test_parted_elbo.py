@@ -11,7 +11,7 @@ from reach import groups_reached as reach_groups
 import ppl_vae
 from ppl_vae.distributions import StudentTPrior
 from ppl_vae.infer.parted import PartedELBO, classification_loss
-from ppl_vae.infer.schedules import LinearCapacity, set_training_step
+from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.models.parted import PartedVAE
 
 EVENT = (12,)
@@ -52,7 +52,7 @@ def test_each_term_reaches_exactly_its_parameters(term, expected):
     with torch.no_grad():  # overlapping class priors, so that BC > delta
         for prior in model.class_priors:
             prior.loc.mul_(0.01)
-    terms = elbo().differentiable_terms(model.model, model.guide, binary_data())
+    terms = elbo().differentiable_terms(model.model, model.guide, binary_data(), step=0)
     assert terms[term] > 0
     assert groups_reached(model, terms[term]) == expected
 
@@ -61,7 +61,7 @@ def test_distant_class_priors_leave_the_bhattacharyya_term_inactive():
     model = small_model()
     with torch.no_grad():
         model.class_priors[0].loc.copy_(torch.tensor([[0.0, 0.0], [20.0, 0.0], [0.0, 20.0]]))
-    terms = elbo().differentiable_terms(model.model, model.guide, binary_data())
+    terms = elbo().differentiable_terms(model.model, model.guide, binary_data(), step=0)
     assert terms["bhattacharyya"].item() == 0.0
     assert groups_reached(model, terms["bhattacharyya"]) == set()
 
@@ -70,7 +70,7 @@ def test_distant_class_priors_leave_the_bhattacharyya_term_inactive():
 def test_entropy_and_aggregate_kl_are_the_closed_forms_of_the_logits():
     model = small_model()
     x = binary_data()
-    terms = elbo().differentiable_terms(model.model, model.guide, x)
+    terms = elbo().differentiable_terms(model.model, model.guide, x, step=0)
     (q,) = model.classify(x)
     entropy = -(q * q.log()).sum(-1).mean()
     q_hat = q.mean(0)
@@ -84,9 +84,9 @@ def test_kl_u_weights_the_kl_to_every_class_prior_by_q_c():
     model = small_model()
     x = binary_data(8)
     pyro.set_rng_seed(3)
-    terms = elbo().differentiable_terms(model.model, model.guide, x)
+    terms = elbo().differentiable_terms(model.model, model.guide, x, step=0)
     pyro.set_rng_seed(3)
-    trace = pyro.poutine.trace(model.guide).get_trace(x)
+    trace = pyro.poutine.trace(model.guide).get_trace(x, step=0)
     q_u = trace.nodes["u0"]["fn"]
     (q_c,) = model.classify(x)
     table = model.class_priors[0]()
@@ -101,9 +101,9 @@ def test_kl_u_weights_the_kl_to_every_class_prior_by_q_c():
 def test_labelled_batches_use_the_labels_class_and_drop_the_c_terms():
     model = small_model()
     x, y = binary_data(8), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
-    terms = elbo().differentiable_terms(model.model, model.guide, x, y)
+    terms = elbo().differentiable_terms(model.model, model.guide, x, y, step=0)
     assert terms["entropy"].item() == 0.0 and terms["aggregate_kl"].item() == 0.0
-    trace = pyro.poutine.trace(model.guide).get_trace(x, y)
+    trace = pyro.poutine.trace(model.guide).get_trace(x, y, step=0)
     assert "c0" not in trace.nodes
     table = model.class_priors[0]()
     loc, scale = table.base_dist.loc[y], table.base_dist.scale[y]
@@ -116,9 +116,8 @@ def test_labelled_batches_use_the_labels_class_and_drop_the_c_terms():
 def test_loss_is_the_weighted_sum_of_the_logged_terms_times_the_batch_size():
     model = small_model()
     objective = elbo(gamma_z=2.0, gamma_u=3.0, gamma_c=5.0, gamma_h=7.0, gamma_bc=11.0, delta=0.0)
-    set_training_step(40)
     x = binary_data(16)
-    loss = objective.loss(model.model, model.guide, x)
+    loss = objective.loss(model.model, model.guide, x, step=40)
     t = objective.logged
     assert float(t["capacity_z/target"]) == pytest.approx(4.0) and float(t["capacity_u/target"]) == pytest.approx(4.0)
     assert float(t["capacity_z"]) == pytest.approx(float((t["capacity_z/kl"] - 4.0).abs()))
@@ -138,9 +137,9 @@ def test_loss_reports_the_objective_the_gradient_path_optimises():
     objective = elbo()
     x = binary_data()
     pyro.set_rng_seed(7)
-    differentiable = objective.differentiable_loss(model.model, model.guide, x)
+    differentiable = objective.differentiable_loss(model.model, model.guide, x, step=0)
     pyro.set_rng_seed(7)
-    assert objective.loss(model.model, model.guide, x) == pytest.approx(differentiable.item(), rel=1e-6)
+    assert objective.loss(model.model, model.guide, x, step=0) == pytest.approx(differentiable.item(), rel=1e-6)
 
 
 def test_data_size_scales_the_whole_objective_to_the_data_set():
@@ -149,13 +148,13 @@ def test_data_size_scales_the_whole_objective_to_the_data_set():
     for data_size in (None, 160):
         model = small_model(data_size=data_size)
         pyro.set_rng_seed(5)
-        losses.append(elbo().loss(model.model, model.guide, x))
+        losses.append(elbo().loss(model.model, model.guide, x, step=0))
     assert losses[1] == pytest.approx(10 * losses[0], rel=1e-5)
 
 
 def test_a_student_t_prior_on_z_uses_the_monte_carlo_kl():
     model = small_model(prior=StudentTPrior(2, df=5.0))
-    terms = elbo().differentiable_terms(model.model, model.guide, binary_data())
+    terms = elbo().differentiable_terms(model.model, model.guide, binary_data(), step=0)
     assert torch.isfinite(terms["capacity_z/kl"])
     assert groups_reached(model, terms["capacity_z/kl"]) == {"encoder", "z_head"}
 
@@ -163,7 +162,7 @@ def test_a_student_t_prior_on_z_uses_the_monte_carlo_kl():
 def test_low_temperature_with_many_classes_stays_finite():
     model = small_model(num_classes=10, temperature=0.05)
     objective = elbo()
-    loss = objective.differentiable_loss(model.model, model.guide, binary_data())
+    loss = objective.differentiable_loss(model.model, model.guide, binary_data(), step=0)
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
@@ -204,11 +203,10 @@ def test_plain_svi_with_the_classifier_step_trains():
     x, y = binary_data(64), torch.randint(0, 3, (64,))
     losses = []
     for t in range(60):
-        set_training_step(t)
         classifier.zero_grad()
         step.loss(x=x[:16], y=y[:16]).backward()
         classifier.step()
-        losses.append(svi.step(x))
+        losses.append(svi.step(x, step=t))
     assert all(math.isfinite(v) for v in losses)
     assert sum(losses[-10:]) < sum(losses[:10])
 

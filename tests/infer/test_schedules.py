@@ -1,7 +1,17 @@
-"""Schedules: the capacity ramp C(t) and the generic linear schedule."""
+"""Schedules: the capacity ramp C(t) and the generic linear schedule, and the training step
+reaching them as an argument of the objective's call (no process-wide step)."""
+import pyro
 import pytest
+import torch
+from pyro.infer import SVI
+from torch import nn
 
+from ppl_vae.infer import schedules
+from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
+from ppl_vae.infer.terms import Capacity
+from ppl_vae.models import VAE
+from ppl_vae.nn import MLP, mlp_decoder
 
 
 def test_capacity_ramps_linearly_then_stays_at_c_max():
@@ -57,3 +67,56 @@ def test_negative_step_and_wrong_rate_raise():
         LinearCapacity(0.0, 1.0, 10)(-1)
     with pytest.raises(ValueError, match="rate"):
         LinearSchedule.from_rate(1.0, -2e-4, 8.0)
+
+
+def test_a_tensor_step_gives_a_tensor_value():
+    capacity = LinearCapacity(0.0, 30.0, 300_000)
+    value = capacity(torch.tensor(150_000))
+    assert torch.is_tensor(value) and float(value) == pytest.approx(15.0)
+    assert float(capacity(torch.tensor(10**7))) == 30.0
+    with pytest.raises(ValueError, match="0-dim"):
+        capacity(torch.tensor([1, 2]))
+
+
+def small_vae() -> VAE:
+    torch.manual_seed(0)
+    return VAE(MLP([6, 8], final_activation=nn.ReLU()), mlp_decoder(2, [8], (6,)), 2)
+
+
+def test_the_step_of_each_svi_call_reaches_the_capacity_and_nothing_is_kept_between_calls():
+    assert not [name for name in vars(schedules) if "training_step" in name]  # no process-wide step to set
+    x = (torch.rand(16, 6) > 0.5).float()
+    model = small_vae()
+    elbos = [MeanFieldELBO(terms=[Capacity("z", 1.0, LinearCapacity(0.0, 10.0, 100))]) for _ in range(2)]
+    loops = [SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-3}), elbo) for elbo in elbos]
+    for step in (0, 50, 100, 7):
+        loops[0].step(x, step=step)
+        loops[1].step(x, step=2 * step)  # another loop at another step in the same process
+        assert float(elbos[0].logged["capacity_z/target"]) == pytest.approx(min(step / 10, 10.0))
+        assert float(elbos[1].logged["capacity_z/target"]) == pytest.approx(min(2 * step / 10, 10.0))
+
+
+def test_a_scheduled_term_without_a_step_says_how_to_pass_one():
+    model = small_vae()
+    elbo = MeanFieldELBO(terms=[Capacity("z", 1.0, LinearCapacity(0.0, 10.0, 100))])
+    with pytest.raises(ValueError, match=r"capacity_z.*step=t"):
+        elbo.loss(model.model, model.guide, torch.zeros(4, 6))
+
+
+def test_the_step_goes_to_the_model_and_guide_only_when_they_take_it():
+    seen = []
+
+    def model(x, step=None):
+        seen.append(("model", step))
+        loc = torch.zeros(x.shape[0], 1)
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("z", pyro.distributions.Normal(loc, 1.0).to_event(1))
+
+    def guide(x, step=None):
+        seen.append(("guide", step))
+        with pyro.plate("data", x.shape[0]):
+            pyro.sample("z", pyro.distributions.Normal(torch.zeros(x.shape[0], 1), 1.0).to_event(1))
+
+    MeanFieldELBO().loss(model, guide, torch.zeros(3, 1), step=5)
+    MeanFieldELBO(model_takes_step=True).loss(model, guide, torch.zeros(3, 1), step=6)
+    assert seen == [("guide", None), ("model", None), ("guide", 6), ("model", 6)]

@@ -20,7 +20,6 @@ from ppl_vae.infer import (
     LinearCapacity,
     MeanFieldELBO,
     PartedELBO,
-    set_training_step,
 )
 from ppl_vae.models import VAE, ContrastiveVAE, DecompositionVAE, PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
@@ -69,7 +68,7 @@ PRESETS = {
 def test_each_paper_term_is_a_named_factor_site_outside_the_plates(name):
     build_model, build_objective, batch, expected = PRESETS[name]
     model, objective = build_model(), build_objective()
-    model_trace, _ = objective.traces(model.model, model.guide, **batch())
+    model_trace, _ = objective.traces(model.model, model.guide, **batch(), step=0)
     factors = factor_sites(model_trace)
     assert set(factors) == expected
     for site in factors.values():
@@ -80,7 +79,7 @@ def test_each_paper_term_is_a_named_factor_site_outside_the_plates(name):
 def test_parted_replaced_sites_are_masked_and_never_scored():
     """The relaxed c, whose density underflows at low temperature, is not evaluated at all."""
     model, objective = parted(), PartedELBO()
-    model_trace, guide_trace = objective.traces(model.model, model.guide, binary(8))
+    model_trace, guide_trace = objective.traces(model.model, model.guide, binary(8), step=0)
     for trace in (model_trace, guide_trace):
         for site in ("z", "c0", "u0"):
             assert trace.nodes[site]["mask"] is False
@@ -91,7 +90,7 @@ def test_parted_replaced_sites_are_masked_and_never_scored():
 def test_the_loss_is_the_reconstruction_plus_each_weighted_factor():
     model, objective = parted(), PartedELBO(gamma_z=2.0, gamma_u=3.0, gamma_c=5.0, gamma_h=7.0, gamma_bc=11.0, delta=0.0)
     x = binary(16)
-    loss = objective.loss(model.model, model.guide, x)
+    loss = objective.loss(model.model, model.guide, x, step=0)
     logged = objective.logged
     weights = {"capacity_z": 2.0, "capacity_u": 3.0, "aggregate_kl": 5.0, "entropy": 7.0, "bhattacharyya": 11.0}
     expected = 16 * (float(logged["reconstruction"]) + sum(w * float(logged[name]) for name, w in weights.items()))
@@ -102,8 +101,7 @@ def train(model, objective, batch: dict, steps: int = 5) -> list[float]:
     svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-2}), objective)
     losses = []
     for step in range(steps):
-        set_training_step(step)
-        losses.append(svi.step(**batch))
+        losses.append(svi.step(**batch, step=step))
     return losses
 
 
@@ -117,10 +115,10 @@ def test_a_capacity_on_the_contrastive_shared_latent_trains_is_logged_and_reache
     assert all(math.isfinite(v) for v in losses)
     assert {"capacity_target_z", "capacity_target_z/kl", "capacity_target_z/target", "total_correlation"} <= set(objective.logged)
     assert any(not torch.equal(p, before[name]) for name, p in model.shared_head.named_parameters())
-    terms = objective.differentiable_terms(model.model, model.guide, **batch)
+    terms = objective.differentiable_terms(model.model, model.guide, **batch, step=0)
     groups = ("salient_encoder", "salient_head", "shared_encoder", "shared_head", "decoder")
     assert groups_reached(model, terms["capacity_target_z"], groups) == {"shared_encoder", "shared_head"}
-    model_trace, _ = objective.traces(model.model, model.guide, **batch)
+    model_trace, _ = objective.traces(model.model, model.guide, **batch, step=0)
     assert model_trace.nodes["target_z"]["mask"] is False and model_trace.nodes["background_z"]["mask"] is None
 
 
@@ -131,7 +129,7 @@ def test_the_aggregate_mmd_on_parted_z_trains_is_logged_and_reaches_only_the_z_p
     losses = train(model, objective, batch)
     assert all(math.isfinite(v) for v in losses)
     assert "aggregate_divergence" in objective.logged
-    terms = objective.differentiable_terms(model.model, model.guide, **batch)
+    terms = objective.differentiable_terms(model.model, model.guide, **batch, step=0)
     groups = ("encoder", "z_head", "class_heads", "attention", "u_heads", "class_priors", "decoder")
     assert groups_reached(model, terms["aggregate_divergence"], groups) == {"encoder", "z_head"}
 
@@ -141,9 +139,9 @@ def test_a_generic_objective_with_a_capacity_term_replaces_the_kl_of_its_site():
     x = binary(16)
     plain, annealed = MeanFieldELBO(), MeanFieldELBO(terms=[Capacity("z", gamma=4.0, capacity=LinearCapacity(1.0, 1.0, 1))])
     pyro.set_rng_seed(3)
-    plain_loss = plain.loss(model.model, model.guide, x)
+    plain_loss = plain.loss(model.model, model.guide, x, step=0)
     pyro.set_rng_seed(3)
-    annealed_loss = annealed.loss(model.model, model.guide, x)
+    annealed_loss = annealed.loss(model.model, model.guide, x, step=0)
     assert "kl" in plain.logged and "kl" not in annealed.logged
     kl = float(plain.logged["kl"])
     assert float(annealed.logged["capacity_z/kl"]) == pytest.approx(kl, rel=1e-5)
@@ -152,7 +150,7 @@ def test_a_generic_objective_with_a_capacity_term_replaces_the_kl_of_its_site():
 
 def test_a_term_with_weight_zero_is_logged_without_a_factor_site_or_gradient():
     model, objective = parted(), PartedELBO(gamma_h=0.0)
-    model_trace, _ = objective.traces(model.model, model.guide, binary(8))
+    model_trace, _ = objective.traces(model.model, model.guide, binary(8), step=0)
     assert "entropy" not in model_trace.nodes and not objective.logged["entropy"].requires_grad
     assert float(objective.logged["entropy"]) > 0
 

@@ -2,6 +2,7 @@
 schedule, accessors, a multi-label configuration that trains, and bad input."""
 import math
 
+import pyro
 import pytest
 import torch
 from pyro import poutine
@@ -9,7 +10,7 @@ from pyro import poutine
 import ppl_vae
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.infer.parted import PartedELBO
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule, set_training_step
+from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.parted import PartedConfig, labelled_subset
 
@@ -71,13 +72,24 @@ def test_one_variable_accepts_labels_of_shape_batch():
     assert torch.equal(model.check_labels(torch.tensor([2, 0]), 2), torch.tensor([[2], [0]]))
 
 
-def test_attention_sharpness_follows_its_schedule_and_is_final_in_eval_mode():
+def test_attention_sharpness_follows_the_step_argument_and_is_final_without_one():
     model = small_model(sharpness=LinearSchedule.from_rate(1.0, 2e-4, 8.0))
-    assert model.current_sharpness() == 1.0
-    set_training_step(10_000)
-    assert model.current_sharpness() == pytest.approx(3.0)
-    model.eval()
-    assert model.current_sharpness() == 8.0
+    assert model.sharpness_at(0) == 1.0
+    assert model.sharpness_at(10_000) == pytest.approx(3.0)
+    assert float(model.sharpness_at(torch.tensor(10_000))) == pytest.approx(3.0)
+    assert model.sharpness_at(None) == 8.0
+
+
+def test_the_guide_gates_u_with_the_sharpness_of_its_step():
+    model, x = small_model(sharpness=LinearSchedule.from_rate(1.0, 2e-4, 8.0)), images()
+    u_loc = {}
+    for step in (0, 10_000, None):
+        pyro.set_rng_seed(0)
+        trace = poutine.trace(model.guide).get_trace(x, step=step)
+        u_loc[step] = trace.nodes["u0"]["fn"].base_dist.loc
+    pyro.set_rng_seed(0)
+    assert torch.equal(poutine.trace(model.guide).get_trace(x).nodes["u0"]["fn"].base_dist.loc, u_loc[None])
+    assert not torch.allclose(u_loc[0], u_loc[10_000]) and not torch.allclose(u_loc[10_000], u_loc[None])
 
 
 def test_encode_is_the_deterministic_representation_at_the_most_probable_class():

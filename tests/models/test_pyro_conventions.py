@@ -84,17 +84,17 @@ def test_two_instances_train_independently_with_plain_svi_and_pyro_optim(name):
     svi_first = SVI(first.model, first.guide, optimiser, objective())
     svi_second = SVI(second.model, second.guide, pyro.optim.Adam({"lr": 1e-2}), objective())
     before = {k: v.clone() for k, v in second.state_dict().items()}
-    for _ in range(3):
+    for step in range(3):
         pyro.set_rng_seed(1)
-        svi_first.step(**batch)
+        svi_first.step(**batch, step=step)
     assert all(torch.equal(v, before[k]) for k, v in second.state_dict().items()), "training one moved the other"
     pyro.set_rng_seed(1)
-    svi_second.step(**batch)
+    svi_second.step(**batch, step=0)
     assert any(not torch.equal(v, before[k]) for k, v in second.state_dict().items())
     reference = SVI(alone.model, alone.guide, pyro.optim.Adam({"lr": 1e-2}), objective())
-    for _ in range(3):
+    for step in range(3):
         pyro.set_rng_seed(1)
-        reference.step(**batch)
+        reference.step(**batch, step=step)
     for key, value in first.state_dict().items():
         torch.testing.assert_close(value, alone.state_dict()[key])
 
@@ -126,7 +126,7 @@ def test_plain_svi_with_pyro_optim_updates_every_parameter_of_a_conv_model(build
     objective = PartedELBO(labelled_group=None) if isinstance(model, PartedVAE) else MeanFieldELBO()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-2}), objective)
-    svi.step((torch.rand(8, 1, 28, 28) > 0.5).float())
+    svi.step((torch.rand(8, 1, 28, 28) > 0.5).float(), step=0)
     frozen = [name for name, p in model.named_parameters() if torch.equal(p, before[name]) and "class_priors" not in name]
     assert not frozen
 

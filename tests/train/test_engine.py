@@ -16,7 +16,6 @@ from ppl_vae.infer import (
     LinearCapacity,
     PartedELBO,
     TrainingLoss,
-    training_step,
 )
 from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
@@ -125,9 +124,9 @@ def test_the_engine_takes_the_same_iterations_as_a_training_iteration_loop(data)
     iteration = TrainingIteration(model, objective, lr=FAST.get("lr", 1e-3))
     batches = TensorBatches(as_groups(data), FAST["batch_size"], 6, seed=0)
     pyro.set_rng_seed(0)
-    for batch in batches:
+    for step, batch in enumerate(batches):
         with pyro.validation_enabled(False):
-            iteration(batch)
+            iteration(batch, step)
     for p, q in zip(engine.model.parameters(), model.parameters(), strict=True):
         torch.testing.assert_close(p, q)
 
@@ -184,9 +183,9 @@ class AuxiliaryObjective(TraceMeanField_ELBO):
         bias = model.decoder[0][-1].bias
         return [AuxiliaryStep("pull", lambda **batch: (bias - 3).pow(2).sum(), [bias], when="before", lr=0.1)]
 
-    def differentiable_loss(self, model, guide, *args, **kwargs):
-        self.steps_seen.append(training_step())
-        return self.elbo_weight * super().differentiable_loss(model, guide, *args, **kwargs)
+    def training_loss(self, model, guide, *args, step, **kwargs) -> TrainingLoss:
+        self.steps_seen.append(step)
+        return TrainingLoss(self.elbo_weight * super().differentiable_loss(model, guide, *args, **kwargs), {}, {})
 
 
 def test_auxiliary_step_changes_only_its_parameters(data):
@@ -210,9 +209,9 @@ class ExplodingELBO(TraceMeanField_ELBO):
         super().__init__()
         self.at = at
 
-    def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
+    def training_loss(self, model, guide, *args, step, **kwargs) -> TrainingLoss:
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
-        exploded = training_step() >= self.at
+        exploded = step >= self.at
         logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}
         return TrainingLoss(loss * float("nan") if exploded else loss, logged, {})
 

@@ -7,7 +7,7 @@ from pyro.infer import TraceMeanField_ELBO
 from test_engine import FAST, Interrupt, InterruptAt, small_vae
 
 from ppl_vae import fit
-from ppl_vae.infer import AuxiliaryStep, LinearCapacity, PartedELBO, training_step
+from ppl_vae.infer import AuxiliaryStep, LinearCapacity, PartedELBO, TrainingLoss
 from ppl_vae.models import PartedVAE
 from ppl_vae.train import LRPlateau, TrainConfig, read_checkpoint
 
@@ -19,9 +19,9 @@ def data():
 
 
 class ScriptedLosses(TraceMeanField_ELBO):
-    """An ELBO step and a "classifier" step whose loss values at training step t are
+    """An ELBO step and a "classifier" step after it whose loss values at training step t are
     ``elbo[t]`` and ``classifier[t]`` (no gradient: the parameters stay put, only the values
-    the schedules watch are set)."""
+    the schedules watch are set); the ELBO step hands t to the classifier step."""
 
     def __init__(self, elbo: list[float], classifier: list[float]) -> None:
         super().__init__()
@@ -29,10 +29,12 @@ class ScriptedLosses(TraceMeanField_ELBO):
 
     def auxiliary_steps(self, model):
         bias = model.decoder[0][-1].bias
-        return [AuxiliaryStep("classifier", lambda **batch: 0 * bias.sum() + self.classifier[training_step()], [bias])]
+        return [AuxiliaryStep("classifier", lambda t, **batch: 0 * bias.sum() + self.classifier[int(t)], [bias],
+                              when="after")]
 
-    def differentiable_loss(self, model, guide, *args, **kwargs):
-        return 0 * super().differentiable_loss(model, guide, *args, **kwargs) + self.elbo[training_step()]
+    def training_loss(self, model, guide, *args, step, **kwargs) -> TrainingLoss:
+        loss = 0 * super().differentiable_loss(model, guide, *args, **kwargs) + self.elbo[step]
+        return TrainingLoss(loss, {}, {"classifier": {"t": torch.tensor(step)}})
 
 
 class LearningRates(L.Callback):
