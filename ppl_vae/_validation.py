@@ -57,6 +57,16 @@ def boolean(name: str, value: Any) -> bool:
     return value
 
 
+def site_name(name: str, value: Any) -> str:
+    """``value`` itself, refused unless it is a non-empty string (a Pyro site's or a term's name).
+
+    :raises ValueError: naming ``name`` and ``value``.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty site name, got {shown(value)}")
+    return value
+
+
 def _range(minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
         return f" in [{minimum}, {maximum}]"

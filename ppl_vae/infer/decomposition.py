@@ -34,10 +34,11 @@ from pyro import poutine
 from torch.utils.checkpoint import checkpoint
 
 from ppl_vae._storage import stored_as_float
+from ppl_vae._validation import site_name
 from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES, aggregate_log_density, mmd_dimensionwise
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.terms import Term, TermSites, check_site_name, diagonal_normal_parameters
+from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
 
 __all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
 
@@ -101,7 +102,7 @@ class AggregateDivergence(Term):
             raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
-        self.site = check_site_name(site, "site")
+        self.site = site_name("site", site)
         self.divergence = divergence
         self.length_scales = tuple(float(s) for s in length_scales)
         self.chunk_size = chunk_size

@@ -51,8 +51,9 @@ from pyro.util import check_model_guide_match, check_site_shape
 from torch import nn
 from torch.distributions import kl_divergence
 
+from ppl_vae._validation import boolean, finite
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
-from ppl_vae.infer.terms import Term, TermSites, check_weight, site_points
+from ppl_vae.infer.terms import Term, TermSites, site_points
 
 __all__ = ["MeanFieldELBO", "scored_site"]
 
@@ -157,10 +158,8 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     def __init__(self, beta: float = 1.0, terms: Sequence[Term] = (), model_takes_step: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.beta = check_weight(beta, "beta")
-        if not isinstance(model_takes_step, bool):
-            raise ValueError(f"model_takes_step must be True or False, got {model_takes_step!r}")
-        self.model_takes_step = model_takes_step
+        self.beta = finite("beta", beta, low=0)
+        self.model_takes_step = boolean("model_takes_step", model_takes_step)
         self.terms: tuple[Term, ...] = tuple(terms)
         for term in self.terms:
             if not isinstance(term, Term):

@@ -32,12 +32,13 @@ from torch import nn
 from torch.distributions import kl_divergence
 from torch.nn import functional as F
 
+from ppl_vae._validation import finite
 from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
-from ppl_vae.infer.terms import Capacity, Term, TermSites, check_weight, diagonal_normal_parameters
+from ppl_vae.infer.terms import Capacity, Term, TermSites, diagonal_normal_parameters
 from ppl_vae.models.variables import ClassVariable
 
 __all__ = [
@@ -336,11 +337,11 @@ class PartedELBO(MeanFieldELBO):
             if not isinstance(schedule, LinearCapacity):
                 raise ValueError(f"{name} must be a LinearCapacity, got {schedule!r}")
         terms = [
-            Capacity("z", check_weight(gamma_z, "gamma_z"), z_capacity),
-            ClassCapacity(check_weight(gamma_u, "gamma_u"), u_capacity),
-            ClassEntropy(check_weight(gamma_h, "gamma_h")),
-            AggregateClassKL(check_weight(gamma_c, "gamma_c")),
-            BhattacharyyaPenalty(check_weight(gamma_bc, "gamma_bc"), delta),
+            Capacity("z", finite("gamma_z", gamma_z, low=0), z_capacity),
+            ClassCapacity(finite("gamma_u", gamma_u, low=0), u_capacity),
+            ClassEntropy(finite("gamma_h", gamma_h, low=0)),
+            AggregateClassKL(finite("gamma_c", gamma_c, low=0)),
+            BhattacharyyaPenalty(finite("gamma_bc", gamma_bc, low=0), delta),
         ]
         super().__init__(terms=[*terms, *extra_terms], model_takes_step=True, num_particles=num_particles,
                          max_plate_nesting=max_plate_nesting)

@@ -41,7 +41,6 @@ PartedVAE's z::
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,25 +51,12 @@ from pyro.poutine.trace_struct import Trace
 from torch import nn
 from torch.distributions import Independent, Normal, kl_divergence
 
+from ppl_vae._validation import finite, site_name
 from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
 
 __all__ = ["Capacity", "Term", "TermSites"]
-
-
-def check_weight(value: float, name: str) -> float:
-    """``value`` as a float, or a ``ValueError`` naming ``name`` unless it is a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def check_site_name(value: str, name: str) -> str:
-    """``value``, or a ``ValueError`` naming ``name`` unless it is a non-empty string."""
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty site name, got {value!r}")
-    return value
 
 
 def diagonal_normal_parameters(fn: dist.Distribution, site: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -164,8 +150,8 @@ class Term:
     """
 
     def __init__(self, name: str, weight: float, weight_name: str = "weight") -> None:
-        self.name = check_site_name(name, "name")
-        self.weight = check_weight(weight, weight_name)
+        self.name = site_name("name", name)
+        self.weight = finite(weight_name, weight, low=0)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(v, parts)``: the per-point value (a scalar tensor) and named parts to log beside it
@@ -221,7 +207,7 @@ class Capacity(Term):
         super().__init__(name or f"capacity_{site}", gamma, "gamma")
         if not isinstance(capacity, LinearSchedule):
             raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
-        self.site = check_site_name(site, "site")
+        self.site = site_name("site", site)
         self.capacity = capacity
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
