@@ -14,7 +14,7 @@ engine, torch, svi, plain, engine, ...), each round timing ``--steps`` steps aft
 the medians over rounds of each round's median (with min/max) and the paired ratio (median
 over all timed steps of ``loop_i / torch_i``) are printed and written as JSON.
 
-    python benchmarks/engine_throughput.py                 # 2-core CPU figures for the README
+    python benchmarks/engine_throughput.py                 # 2-core CPU figures
     python benchmarks/engine_throughput.py --quick         # seconds, for CI (checks the harness)
 """
 from __future__ import annotations
