@@ -86,7 +86,7 @@ class per_class_mass:  # noqa: N801 (a statistic, called like the functions abov
     points labelled k: ``(N, ...) -> (K,)``.
 
     :param labels: ``(N,)`` int class of each point; the classes in increasing order name the
-        statistic's elements (:attr:`element_labels`).
+        statistic's elements (its ``element_labels``).
     """
 
     def __init__(self, labels: torch.Tensor | Sequence[int]) -> None:
@@ -149,7 +149,7 @@ class StatisticCheck:
     @property
     def extreme(self) -> np.ndarray:
         """Per element (shape ``E``): informative and with a two-sided p-value
-        ``2 min(p, 1 - p)`` below :data:`EXTREME_LEVEL`."""
+        ``2 min(p, 1 - p)`` below 0.05 (``EXTREME_LEVEL``)."""
         two_sided = 2 * np.minimum(self.p_value, 1 - self.p_value)
         return np.asarray((two_sided < EXTREME_LEVEL) & self.informative)
 

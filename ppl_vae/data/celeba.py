@@ -79,7 +79,7 @@ class CelebA(Dataset):
 
     Images are read from disk per item, so the data set never holds all images in memory.
     Items are ``(x, attributes)``: ``x`` is ``(3, size, size)`` float32 in [0, 1] and ``attributes``
-    is ``(k,)`` int64 in {0, 1} for the names in :attr:`attribute_names`.
+    is ``(k,)`` int64 in {0, 1} for the names in ``attribute_names``.
 
     :param root: folder holding ``celeba/`` (torchvision's layout; the ``celeba`` folder itself is also
         accepted).

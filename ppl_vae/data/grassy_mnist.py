@@ -201,8 +201,9 @@ class GrassyMNIST(Dataset):
     :param grass: photographs to cut patches from (default :func:`grass_texture`'s skimage grass).
     :ivar target: data set of ``(x (1, 28, 28) float32 in [0, 1], y int64)``.
     :ivar background: data set of ``(x (1, 28, 28) float32 in [0, 1],)``.
-    :ivar target_patch_origins, background_patch_origins: ``(N, 3)`` / ``(M, 3)`` int64
-        ``(photograph, top row, left column)`` of every grass patch.
+    :ivar target_patch_origins: ``(N, 3)`` int64 ``(photograph, top row, left column)`` of the
+        grass patch of every target image.
+    :ivar background_patch_origins: ``(M, 3)`` int64, the same for every background image.
     :ivar grass: the :class:`GrassTexture` used.
     """
 

@@ -11,6 +11,8 @@ import torch
 from ppl_vae._progress import Progress
 from ppl_vae.metrics._arrays import as_numpy, check_finite
 
+#: What the disentanglement metrics call to represent images: ``(n, C, H, W)`` float images in
+#: [0, 1] -> ``(n, D)`` representations (a torch tensor or a numpy array), e.g. the posterior means.
 Encode = Callable[[torch.Tensor], "torch.Tensor | np.ndarray"]
 
 

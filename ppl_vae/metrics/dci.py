@@ -20,6 +20,8 @@ from ppl_vae.metrics._factor_data import (
     varying_factors,
 )
 
+#: The classifier :func:`dci` fits to predict each factor: ``"gbt"`` (gradient-boosted trees, as
+#: disentanglement_lib) or ``"forest"`` (a random forest).
 DCIModel = Literal["gbt", "forest"]
 MODELS: tuple[str, ...] = ("gbt", "forest")
 

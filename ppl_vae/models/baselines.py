@@ -1,10 +1,10 @@
-"""Linear baselines.
+r"""Linear baselines.
 
 Contrastive PCA (cPCA; Abid, Zhang, Bagaria & Zou 2018) is the linear method the contrastive
 VAE generalises: the directions v that maximise the target's variance while penalising the
 background's,
 
-    v* = argmax_{|v| = 1}  v^T (C_target - alpha C_background) v,
+.. math:: v^* = \operatorname{argmax}_{\lVert v \rVert = 1} v^\top (C_\text{target} - \alpha C_\text{background}) v,
 
 i.e. the leading eigenvectors of ``C_target - alpha C_background`` (each covariance about its
 own data set's mean). ``alpha = 0`` is PCA of the target.

@@ -27,8 +27,8 @@ class Recipe:
     :param config_class: a dataclass with a ``train: TrainConfig`` field.
     :param module: the module whose ``build(config) -> Experiment`` builds it, whose
         ``build_untrained(config, model_inputs) -> (model, objective)`` builds the untrained model
-        without loading data (``model_inputs``: :attr:`~ppl_vae.recipes.Experiment.model_inputs`
-        as saved with a run), and whose ``demo() -> config`` gives settings that train on a CPU in
+        without loading data (``model_inputs``: the ``model_inputs`` of an
+        :class:`~ppl_vae.recipes.Experiment`, as saved with a run), and whose ``demo() -> config`` gives settings that train on a CPU in
         about a minute.
     :param description: one line for ``ppl-vae list``.
     """

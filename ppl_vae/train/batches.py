@@ -13,6 +13,8 @@ import torch
 from ppl_vae._storage import stored_as_float
 from ppl_vae._validation import integer, positive_integer
 
+#: Training data as :func:`as_groups` normalises it: group name -> {tensor name -> tensor}, the
+#: tensors of one group aligned along their first dimension.
 TensorGroups = dict[str, dict[str, torch.Tensor]]
 
 

@@ -8,7 +8,7 @@ random states, logged history, model and objective class names, architecture), s
 asked otherwise.
 
 ppl_vae's checkpoints carry a SHA-256 digest of their weights and optimiser states
-(``checkpoint["ppl_vae"]["digest"]``, :func:`tensor_digest`): torch does not check the CRCs of
+(``checkpoint["ppl_vae"]["digest"]``, ``tensor_digest``): torch does not check the CRCs of
 the zip file it writes, so a flipped bit would otherwise load as a changed weight.
 :func:`read_checkpoint` verifies the digest and refuses weights that are NaN or infinite.
 """

@@ -1,5 +1,5 @@
 """Evaluation during training: a curve of held-out figures against training steps, and
-stopping on a plateau of one of them.
+stopping on a plateau of one of them::
 
     accuracy = PeriodicEvaluation(lambda model: {"accuracy": held_out_accuracy(model)},
                                   every_n_steps=500, monitor="accuracy", patience=5)
@@ -79,8 +79,11 @@ class PeriodicEvaluation(L.Callback):
         self.min_delta = finite("min_delta", min_delta, low=0.0)
         self.restore_best = boolean("restore_best", restore_best)
         self.evaluate_at_end = boolean("evaluate_at_end", evaluate_at_end)
+        #: Every evaluation so far, as ``{"step": iteration, **figures}``.
         self.history: list[dict[str, float]] = []
+        #: The best evaluation of :attr:`history` (``None`` before the first, or without ``monitor``).
         self.best: dict[str, float] | None = None
+        #: The iteration of a plateau stop, else ``None``.
         self.stopped_at: int | None = None
         self._best_weights: dict[str, torch.Tensor] | None = None
         self._waited = 0

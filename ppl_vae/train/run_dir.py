@@ -40,7 +40,8 @@ class RunDirectoryExistsError(FileExistsError):
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, within: str | os.PathLike | None = None) -> None:
     """Write ``payload`` as indented JSON via a temporary file and a rename
-    (:func:`~ppl_vae._files.write_atomically`, staying ``within`` that folder)."""
+    (a symbolic link at ``path`` is replaced, never written through; the file must stay
+    ``within`` that folder)."""
 
     def write(handle: IO) -> None:
         json.dump(payload, handle, indent=2, sort_keys=True, default=str)
@@ -69,7 +70,7 @@ class RunDirectory:
     :param resume: the folder must hold a run with a checkpoint to continue.
     :param create: make the ``checkpoints`` and ``pictures`` folders (for a run that trains or
         evaluates); ``False`` opens the folder as it is and writes nothing.
-    :raises ppl_vae._files.UnsafePathError: one of the run's files or folders is a symbolic
+    :raises ValueError: (``UnsafePathError``) one of the run's files or folders is a symbolic
         link leading outside the run folder (the library would write through it).
     """
 
@@ -100,7 +101,7 @@ class RunDirectory:
         ``metrics.csv``, ``metrics.json``, ``checkpoints/``, ``pictures/`` and each picture,
         ``tensorboard/``) is a symbolic link leading outside it.
 
-        :raises ppl_vae._files.UnsafePathError: naming the link and where it leads.
+        :raises ValueError: (``UnsafePathError``) naming the link and where it leads.
         """
         written = [self.config_path, self.metrics_csv, self.metrics_path, self.last_checkpoint, self.tensorboard]
         if self.pictures.is_dir():
@@ -165,7 +166,7 @@ class RunDirectory:
 
         :raises FileNotFoundError: no ``config.json``.
         :raises ValueError: naming the file, when it is empty, not UTF-8, not JSON, nested too
-            deeply (:func:`~ppl_vae._files.read_json`) or not a JSON object.
+            deeply or not a JSON object.
         """
         if not self.config_path.exists():
             raise FileNotFoundError(f"{self.config_path} does not exist: not a run directory")

@@ -76,7 +76,7 @@ def plot_training_curves(metrics: Metrics, ax: Axes | Sequence[Axes] | None = No
     positive term spans two decades or more).
 
     :param metrics: a run directory or its ``metrics.csv``, or rows such as
-        :attr:`ppl_vae.FitResult.history` (dicts with ``"step"`` and term values).
+        the ``history`` of a :class:`ppl_vae.FitResult` (dicts with ``"step"`` and term values).
     :param ax: one Axes to draw every term into, one Axes per term (in the order the terms
         first appear), or ``None`` for a new pyplot figure.
     """
