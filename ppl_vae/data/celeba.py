@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from ppl_vae._validation import shown
 
+#: The 40 binary attributes of CelebA, in the order of ``list_attr_celeba.txt``.
 CELEBA_ATTRIBUTES: tuple[str, ...] = (
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips",
     "Big_Nose", "Black_Hair", "Blond_Hair", "Blurry", "Brown_Hair", "Bushy_Eyebrows", "Chubby", "Double_Chin",

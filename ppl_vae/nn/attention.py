@@ -32,7 +32,11 @@ class AttentionGate(nn.Module):
         self.features = int(features)
 
     def forward(self, c: torch.Tensor, sharpness: float = 1.0) -> torch.Tensor:
-        """Gate ``(B, F)`` for one-hot or relaxed one-hot ``c (B, L)``; ``sharpness`` k > 0."""
+        """Gate ``(B, F)`` for one-hot or relaxed one-hot ``c (B, L)``; ``sharpness`` k > 0.
+
+        :param c: ``(B, L)`` one-hot or relaxed one-hot class codes.
+        :param sharpness: k > 0, multiplies the logits before the sigmoid (larger: closer to 0/1).
+        """
         if c.shape[-1] != self.num_classes:
             raise ValueError(
                 f"c must have shape (batch, {self.num_classes}), got {tuple(c.shape)}"

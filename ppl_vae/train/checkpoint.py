@@ -44,7 +44,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None
     ) -> None:
-        """Write ``checkpoint`` to ``path`` atomically: a temporary file, fsync, rename."""
+        """Write ``checkpoint`` to ``path`` atomically: a temporary file, fsync, rename.
+
+        :param checkpoint: the state Lightning saves (weights, optimiser states, callbacks' states).
+        :param path: the checkpoint file.
+        :param storage_options: Lightning's extra options for the storage; none are used.
+        """
         write_atomically(path, lambda handle: torch.save(checkpoint, handle), binary=True)
 
 

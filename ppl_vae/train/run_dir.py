@@ -41,7 +41,13 @@ class RunDirectoryExistsError(FileExistsError):
 def write_json_atomic(path: str | os.PathLike, payload: Any, within: str | os.PathLike | None = None) -> None:
     """Write ``payload`` as indented JSON via a temporary file and a rename
     (a symbolic link at ``path`` is replaced, never written through; the file must stay
-    ``within`` that folder)."""
+    ``within`` that folder).
+
+    :param path: the JSON file.
+    :param payload: JSON-ready data (other objects are written as their ``str``).
+    :param within: a folder the file must stay inside, through symbolic links too; ``None``
+        checks nothing.
+    """
 
     def write(handle: IO) -> None:
         json.dump(payload, handle, indent=2, sort_keys=True, default=str)
@@ -155,7 +161,10 @@ class RunDirectory:
         return self.path / "metrics.json"
 
     def write_config(self, config: dict[str, Any]) -> None:
-        """Save the run's settings with versions and the start time."""
+        """Save the run's settings with versions and the start time.
+
+        :param config: the settings, JSON-ready, as ``config.json`` holds them.
+        """
         payload = dict(config)
         payload["versions"] = versions()
         payload["created"] = datetime.now(timezone.utc).isoformat()
@@ -176,5 +185,8 @@ class RunDirectory:
         return settings
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
-        """Save final figures to ``metrics.json``."""
+        """Save final figures to ``metrics.json``.
+
+        :param metrics: name -> figure (nested mappings allowed), JSON-ready.
+        """
         write_json_atomic(self.metrics_path, metrics, within=self.path)

@@ -52,7 +52,11 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
 
     The file is written atomically (through a temporary file and a rename): a symbolic link
     at ``path`` is replaced, never written through, and one leading outside its folder is
-    refused (``UnsafePathError``, a ``ValueError``)."""
+    refused (``UnsafePathError``, a ``ValueError``).
+
+    :param fig: the figure to write.
+    :param path: the file to write (its suffix gives the format: ``.png``, ``.pdf``, ``.svg``, ...).
+    """
     path = Path(path)
     engine = getattr(fig, "get_layout_engine", lambda: None)()
     if engine is None:
