@@ -156,8 +156,8 @@ def _defining_context(node) -> list[str]:
 
 def _resolve_at_documented_home(app, env, node, contnode):
     """Resolve a reference to a ppl_vae object by a name it is not documented under to the page
-    that documents it: ``ppl_vae.fit`` (``ppl_vae.train.fit``), ``ppl_vae.infer.schedules.set_training_step``
-    (``ppl_vae.infer.set_training_step``), or a name relative to the module that defines the object
+    that documents it: ``ppl_vae.fit`` (``ppl_vae.train.fit``), ``ppl_vae.models.vae.VAE``
+    (``ppl_vae.models.VAE``), or a name relative to the module that defines the object
     whose docstring holds the reference (``local_rows`` in ``global_batch``'s, defined in
     ``ppl_vae.infer.distributed``, is ``ppl_vae.infer.distributed.local_rows``).
 
