@@ -6,17 +6,22 @@ the notebooks are rendered with the outputs they were committed with, never exec
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+
+from docutils import nodes
+from sphinx import addnodes
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
 sys.path.insert(0, str(DOCS / "api"))
 os.environ.setdefault("PPL_VAE_NUM_THREADS", "1")
 
-from public_api import PACKAGE, api_by_module, public_module_names  # noqa: E402
+from public_api import PACKAGE, api_by_module, constant_doc, documented_names, public_module_names  # noqa: E402
 
 import ppl_vae  # noqa: E402
 
@@ -40,6 +45,7 @@ templates_path = ["api/_templates"]
 
 # API reference: one generated page per public module, listing that module's public names.
 PUBLIC_MODULES = public_module_names()
+DOCUMENTED_HOMES = documented_names()
 autosummary_generate = True
 autosummary_ignore_module_all = False
 autosummary_context = {
@@ -55,9 +61,34 @@ autodoc_preserve_defaults = True
 # A method shows its own docstring only, never the one of the torch, Pyro or Lightning method
 # it overrides (those are written for other documentation tools).
 autodoc_inherit_docstrings = False
-# Without network access there is no intersphinx: references to torch, Pyro, Lightning and
-# numpy objects stay plain text instead of links.
-nitpicky = False
+# Every reference must resolve: a role naming a ppl_vae object that is not documented fails the
+# build (with -W). Without network access there is no intersphinx: references to the objects of
+# torch, Pyro, Lightning, numpy, matplotlib, arviz and the standard library (most come from the
+# type hints) stay plain text instead of links.
+nitpicky = True
+OUTSIDE_PACKAGES = ("torch", "nn", "pyro", "dist", "lightning", "L", "numpy", "np", "matplotlib", "arviz",
+                    "collections", "typing", "pathlib", "os", "argparse", "types")
+OUTSIDE_NAMES = ("Tensor", "Path", "Figure", "Axes")  # type hints written with the bare name
+# References in docstrings that another change is rewriting (issue #28) to objects the reference
+# does not document; each goes when its docstring names a documented object (or plain text).
+nitpick_ignore = [
+    ("py:attr", "logged"),  # ppl_vae/infer/mean_field.py, parted.py, decomposition.py
+    ("py:attr", "optimizers"),  # ppl_vae/infer/iteration.py
+    ("py:func", "ppl_vae.infer.steps.training_loss"),  # ppl_vae/infer/iteration.py, replay.py
+    ("py:func", "check_observations_in_support"),  # ppl_vae/infer/observations.py
+    ("py:data", "TESTED_TORCH_VERSIONS"),  # ppl_vae/infer/replay.py
+    ("py:func", "_simplify"),  # ppl_vae/infer/replay.py
+    ("py:func", "python_binding"),  # ppl_vae/infer/replay.py
+    ("py:attr", "TermSites.inputs"),  # ppl_vae/infer/terms.py
+    ("py:func", "site_points"),  # ppl_vae/infer/terms.py
+    ("py:attr", "FitResult.global_rank"),  # ppl_vae/train/fit.py
+    ("py:func", "ppl_vae.train.checkpoint.tensor_digest"),  # ppl_vae/train/module.py
+    ("py:class", "ppl_vae.train.lr_schedules.PlateauSchedules"),  # ppl_vae/train/module.py
+]
+nitpick_ignore_regex = [
+    (r"py:.*", rf"({'|'.join(OUTSIDE_PACKAGES)})\..+"),
+    (r"py:.*", rf"{'|'.join(OUTSIDE_NAMES)}"),
+]
 # Some model pages start at a level-2 heading; MyST takes it as the page title all the same.
 suppress_warnings = ["myst.header"]
 
@@ -68,15 +99,110 @@ myst_heading_anchors = 3
 
 
 
-def _drop_type_docstring(app, what, name, obj, options, lines):
-    """A module constant (``DATASETS``, a dict) has no docstring of its own: show none rather
-    than its type's (``dict``'s)."""
-    if what == "data" and lines and "\n".join(lines).strip() == (type(obj).__doc__ or "").strip():
-        lines.clear()
+def _constant_docstring(app, what, name, obj, options, lines):
+    """A module constant (``DATASETS``, a dict) shows the ``#:`` comment that documents it where
+    it is defined (a package re-exports it), never its type's docstring (``dict``'s)."""
+    if what != "data":
+        return
+    documented = constant_doc(*name.rsplit(".", 1))
+    inherited = {(type(obj).__doc__ or "").strip(), (getattr(obj, "__doc__", None) or "").strip()}
+    if documented or "\n".join(lines).strip() in inherited:
+        lines[:] = documented
+
+
+def _imported(dotted: str) -> object | None:
+    """The object the dotted name ``dotted`` names (a module, or an attribute of one), or None."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            value = getattr(value, part, None)
+        return value
+    return None
+
+
+def _row_target(row) -> str | None:
+    """The name of the object the first cell of the table row ``row`` refers to, whether that
+    reference is resolved already (a link titled with the name) or not."""
+    reference = row[0].next_node(lambda node: isinstance(node, (addnodes.pending_xref, nodes.reference)))
+    return reference and (reference.get("reftarget") or reference.get("reftitle"))
+
+
+def _defining_context(node) -> list[str]:
+    """The module that defines the object whose description (or autosummary row) holds ``node``
+    (``ppl_vae.infer.distributed`` for ``ppl_vae.infer.global_batch``), with its class for a
+    method; none elsewhere."""
+    reference_module = node.get("py:module")
+    while node is not None and not isinstance(node, (addnodes.desc, nodes.row)):
+        node = node.parent
+    if isinstance(node, addnodes.desc) and isinstance(node.children[0], addnodes.desc_signature):
+        signature = node.children[0]
+        module_name, owner_name = signature.get("module"), signature.get("fullname", "").split(".")[0]
+    elif isinstance(node, nodes.row) and _row_target(node):
+        # a row of an autosummary table: the summary line of the object the row's first cell names
+        module_name, _, owner_name = _row_target(node).rpartition(".")
+        module_name = module_name or reference_module
+    else:
+        return []
+    owner = _imported(f"{module_name}.{owner_name}")
+    module = getattr(owner, "__module__", None)
+    if not isinstance(module, str):
+        return []
+    return [f"{module}.{owner_name}", module] if inspect.isclass(owner) else [module]
+
+
+def _resolve_at_documented_home(app, env, node, contnode):
+    """Resolve a reference to a ppl_vae object by a name it is not documented under to the page
+    that documents it: ``ppl_vae.fit`` (``ppl_vae.train.fit``), ``ppl_vae.models.vae.VAE``
+    (``ppl_vae.models.VAE``), or a name relative to the module that defines the object
+    whose docstring holds the reference (``local_rows`` in ``global_batch``'s, defined in
+    ``ppl_vae.infer.distributed``, is ``ppl_vae.infer.distributed.local_rows``).
+
+    The target, then the target under the reference's module and class, then under the defining
+    module and class, is looked up: a documented name as it is, else the longest prefix of it
+    that names a documented object is replaced by the name that object is documented under.
+    """
+    if node.get("refdomain") != "py":
+        return None
+    target = node["reftarget"].lstrip(".~")
+    scopes = [node.get("py:module"), ".".join(filter(None, [node.get("py:module"), node.get("py:class")]))]
+    candidates = [target, *(f"{scope}.{target}" for scope in [*reversed(scopes), *_defining_context(node)] if scope)]
+    domain = env.get_domain("py")
+    for candidate in dict.fromkeys(candidates):
+        parts = candidate.split(".")
+        if parts[0] != PACKAGE:
+            continue
+        if candidate in domain.objects:
+            return domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"], candidate, node, contnode)
+        for split in range(len(parts), 1, -1):
+            home = DOCUMENTED_HOMES.get(id(_imported(".".join(parts[:split]))))
+            if home is not None:
+                resolved = domain.resolve_xref(env, node["refdoc"], app.builder, node["reftype"],
+                                               ".".join([home, *parts[split:]]), node, contnode)
+                if resolved is not None:
+                    return resolved
+                break
+    return None
+
+
+def _public_bases(app, name, obj, options, bases):
+    """Show a private base class (``ppl_vae.data.mnist._IdxImages``) as its own bases: the
+    reference documents no private class."""
+    def public(base: type) -> list[type]:
+        private = any(part.startswith("_") for part in f"{base.__module__}.{base.__qualname__}".split("."))
+        private = private and base.__module__.split(".")[0] == PACKAGE
+        return [found for parent in base.__bases__ for found in public(parent)] if private else [base]
+
+    bases[:] = list(dict.fromkeys(found for base in bases for found in public(base)))
 
 
 def setup(app):
-    app.connect("autodoc-process-docstring", _drop_type_docstring)
+    app.connect("autodoc-process-docstring", _constant_docstring)
+    app.connect("autodoc-process-bases", _public_bases)
+    app.connect("missing-reference", _resolve_at_documented_home)
 
 
 html_theme = "furo"

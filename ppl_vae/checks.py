@@ -49,17 +49,26 @@ EXTREME_LEVEL = 0.05
 def mean_intensity(x: torch.Tensor) -> torch.Tensor:
     """Mean value over every point and feature: ``(N, ...) -> ()``. One number over the whole
     data set has little spread across replicates, so any bias reads as p near 0 or 1; prefer
-    :func:`point_means`."""
+    :func:`point_means`.
+
+    :param x: ``(N, ...)`` data or one replicate of it.
+    """
     return x.float().mean()
 
 
 def point_means(x: torch.Tensor) -> torch.Tensor:
-    """Mean over the features of each point (an image's mean intensity): ``(N, ...) -> (N,)``."""
+    """Mean over the features of each point (an image's mean intensity): ``(N, ...) -> (N,)``.
+
+    :param x: ``(N, ...)`` data or one replicate of it.
+    """
     return x.float().reshape(x.shape[0], -1).mean(1)
 
 
 def pixel_means(x: torch.Tensor) -> torch.Tensor:
-    """Mean over points of each feature (pixel): ``(N, ...) -> (prod(...),)``."""
+    """Mean over points of each feature (pixel): ``(N, ...) -> (prod(...),)``.
+
+    :param x: ``(N, ...)`` data or one replicate of it.
+    """
     return x.float().reshape(x.shape[0], -1).mean(0)
 
 
@@ -69,6 +78,7 @@ def point_roughness(x: torch.Tensor) -> torch.Tensor:
     adjacent pixels; for vectors ``(N, F)``, features ``f`` and ``f + 1``. Independent draws
     from blurred means (a factorised likelihood) are rougher than strokes, which this shows.
 
+    :param x: ``(N, ...)`` data or one replicate of it, at least two features along the last axis.
     :raises ValueError: a point with fewer than two features along its last axis.
     """
     if x.dim() < 2 or x.shape[-1] < 2:
@@ -86,7 +96,7 @@ class per_class_mass:  # noqa: N801 (a statistic, called like the functions abov
     points labelled k: ``(N, ...) -> (K,)``.
 
     :param labels: ``(N,)`` int class of each point; the classes in increasing order name the
-        statistic's elements (:attr:`element_labels`).
+        statistic's elements (its ``element_labels``).
     """
 
     def __init__(self, labels: torch.Tensor | Sequence[int]) -> None:
@@ -120,7 +130,11 @@ def default_statistics(observed: torch.Tensor) -> dict[str, Statistic]:
 
 def mid_p_value(replicated: np.ndarray, observed: np.ndarray) -> np.ndarray:
     """``P(T_rep > T_obs) + 1/2 P(T_rep = T_obs)`` over the first axis of ``replicated``
-    ``(S, *shape)``, per element of ``observed`` ``shape``: an array of ``shape``."""
+    ``(S, *shape)``, per element of ``observed`` ``shape``: an array of ``shape``.
+
+    :param replicated: ``(S, *shape)`` the statistic of S replicated data sets.
+    :param observed: ``shape``, the statistic of the observed data.
+    """
     return (replicated > observed).mean(0) + 0.5 * (replicated == observed).mean(0)
 
 
@@ -149,7 +163,7 @@ class StatisticCheck:
     @property
     def extreme(self) -> np.ndarray:
         """Per element (shape ``E``): informative and with a two-sided p-value
-        ``2 min(p, 1 - p)`` below :data:`EXTREME_LEVEL`."""
+        ``2 min(p, 1 - p)`` below 0.05 (``EXTREME_LEVEL``)."""
         two_sided = 2 * np.minimum(self.p_value, 1 - self.p_value)
         return np.asarray((two_sided < EXTREME_LEVEL) & self.informative)
 
@@ -290,7 +304,11 @@ def data_sites(trace: Trace, data: Mapping[str, Any]) -> tuple[str, ...]:
     """The observed sample sites of a model's ``trace`` whose observed value is one of the
     tensors of ``data``, in the model's order: the default replicated sites. A site that
     observes something derived from the data (PartedVAE's one-hot classes from ``y``) is not
-    among them and stays observed in the replicates."""
+    among them and stays observed in the replicates.
+
+    :param trace: a trace of the model run on ``data``.
+    :param data: the tensors the model was given, by name.
+    """
     return tuple(
         name
         for name, node in trace.nodes.items()
@@ -384,7 +402,7 @@ def posterior_predictive_check(
     progress: bool = True,
     sites: Sequence[str] | None = None,
 ) -> PPCResult:
-    """Posterior predictive check of a fitted model on ``data`` (see the module docstring).
+    """Posterior predictive check of a fitted model on ``data`` (see :mod:`ppl_vae.checks`).
 
     :param model: any module with ``model(**data)`` / ``guide(**data)`` (every model here).
     :param data: the batch keyword arguments, e.g. ``{"x": x (N, 1, 28, 28)}`` or, for

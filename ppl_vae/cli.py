@@ -256,7 +256,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def settings_help(recipe: Recipe, width: int = 100) -> str:
-    """Every setting of ``recipe``: dotted name, type, default and a one-line doc."""
+    """Every setting of ``recipe``: dotted name, type, default and a one-line doc.
+
+    :param recipe: the recipe whose config dataclass lists the settings.
+    :param width: the column at which each setting's doc wraps.
+    """
     lines = [f"settings of {recipe.name} (--set NAME=VALUE, or NAME: VALUE in a --config file):"]
     for setting in settings_of(recipe.config_class):
         default = setting.default
@@ -360,7 +364,10 @@ def _loaded_class(module: str, name: str) -> type | None:
 
 def failure(error: BaseException) -> tuple[int, str]:
     """Exit status and one-line message for an error a command raised: 2 for bad input
-    (settings, files, run directories, checkpoints), 1 for a run that failed."""
+    (settings, files, run directories, checkpoints), 1 for a run that failed.
+
+    :param error: what the command raised.
+    """
     message = " ".join(str(error).split())
     non_finite = _loaded_class("ppl_vae.train.module", "NonFiniteLossError")
     if non_finite is not None and isinstance(error, non_finite):
@@ -395,7 +402,10 @@ def _threads_from_environment() -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``ppl-vae``; returns the exit status."""
+    """Entry point of ``ppl-vae``; returns the exit status.
+
+    :param argv: the command-line arguments after the program name; ``None`` for ``sys.argv[1:]``.
+    """
     args = build_parser().parse_args(argv)
     try:
         return _run(args)

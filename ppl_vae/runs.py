@@ -158,8 +158,8 @@ def load_run(
     :param model: the untrained model of a ``fit`` run; for a recipe run, a model to load the
         weights into instead of the one the recipe builds.
     :param device: where the returned model lives (``"cpu"``, ``"cuda"``, a torch device).
-    :param with_data: also rebuild the recipe's training data (:attr:`LoadedRun.data`, and
-        :attr:`LoadedRun.experiment` for re-evaluation); the same seeded data the run
+    :param with_data: also rebuild the recipe's training data (the ``data`` of the
+        :class:`LoadedRun`, and its ``experiment`` for re-evaluation); the same seeded data the run
         trained on.
     :param recipes: recipes by name (default :data:`ppl_vae.recipes.RECIPES`).
     :raises FileNotFoundError: ``run_dir`` does not exist or holds no ``config.json`` or no
@@ -168,8 +168,8 @@ def load_run(
     :raises ValueError: a ``fit`` run without ``model``, an unknown recipe, or ``with_data``
         for a ``fit`` run; a ``config.json`` that is not JSON or lacks its sections, or whose
         model sizes (``model_inputs``, ``hidden`` widths, latent dimensions, the parameter
-        count) exceed :data:`MAX_MODEL_INPUT`, :data:`MAX_LAYER_WIDTH`, :data:`MAX_PARAMETERS`.
-    :raises ppl_vae._files.UnsafePathError: a file of the run is a symbolic link leading outside it.
+        count) exceed ``MAX_MODEL_INPUT``, ``MAX_LAYER_WIDTH``, ``MAX_PARAMETERS``.
+    :raises ValueError: (``UnsafePathError``) a file of the run is a symbolic link leading outside it.
     """
     from ppl_vae.recipes.settings import config_from_file
     from ppl_vae.train import RunDirectory, TrainConfig

@@ -23,6 +23,7 @@ from ppl_vae.data.grassy_mnist import GrassTexture, GrassyMNIST, grass_texture
 from ppl_vae.data.mnist import MNIST, FashionMNIST, find_idx_files, read_idx
 from ppl_vae.data.pinwheel import Pinwheel
 
+#: The data sets :func:`load_dataset` builds, by name: name -> class (its constructor).
 DATASETS: dict[str, Callable[..., Dataset]] = {
     "dsprites": DSprites,
     "pinwheel": Pinwheel,

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from ppl_vae._validation import shown
 
+#: The 40 binary attributes of CelebA, in the order of ``list_attr_celeba.txt``.
 CELEBA_ATTRIBUTES: tuple[str, ...] = (
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips",
     "Big_Nose", "Black_Hair", "Blond_Hair", "Blurry", "Brown_Hair", "Bushy_Eyebrows", "Chubby", "Double_Chin",
@@ -79,7 +80,7 @@ class CelebA(Dataset):
 
     Images are read from disk per item, so the data set never holds all images in memory.
     Items are ``(x, attributes)``: ``x`` is ``(3, size, size)`` float32 in [0, 1] and ``attributes``
-    is ``(k,)`` int64 in {0, 1} for the names in :attr:`attribute_names`.
+    is ``(k,)`` int64 in {0, 1} for the names in ``attribute_names``.
 
     :param root: folder holding ``celeba/`` (torchvision's layout; the ``celeba`` folder itself is also
         accepted).

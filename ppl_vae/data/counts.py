@@ -33,7 +33,7 @@ DENSE_BUDGET_BYTES = 2**32
 
 def _to_array(table: Any, name: str, layer: str | None, counts: bool) -> tuple[np.ndarray, Any]:
     """``(array (n, F), feature names or None)`` from numpy/torch/scipy-sparse/AnnData; sparse
-    tables are checked while sparse and made dense only within :data:`DENSE_BUDGET_BYTES`."""
+    tables are checked while sparse and made dense only within ``DENSE_BUDGET_BYTES``."""
     names = None
     if hasattr(table, "X") and hasattr(table, "var_names"):
         names = list(table.var_names)
@@ -59,7 +59,7 @@ def _to_array(table: Any, name: str, layer: str | None, counts: bool) -> tuple[n
 
 
 def _check_budget(shape: tuple[int, ...], name: str) -> None:
-    """Refuse a table whose dense float32 form exceeds :data:`DENSE_BUDGET_BYTES`."""
+    """Refuse a table whose dense float32 form exceeds ``DENSE_BUDGET_BYTES``."""
     needed = math.prod(shape) * 4
     if needed > DENSE_BUDGET_BYTES:
         raise ValueError(
@@ -70,7 +70,7 @@ def _check_budget(shape: tuple[int, ...], name: str) -> None:
 
 def _dense(table: Any, name: str, counts: bool) -> np.ndarray:
     """A scipy sparse matrix as a dense array, its stored values checked first (numeric,
-    finite, counts when asked) and its size against :data:`DENSE_BUDGET_BYTES`."""
+    finite, counts when asked) and its size against ``DENSE_BUDGET_BYTES``."""
     _check_budget(tuple(table.shape), name)
     stored = np.asarray(getattr(table, "data", np.zeros(0)))
     _check_values(stored, name, counts)
@@ -78,7 +78,7 @@ def _dense(table: Any, name: str, counts: bool) -> np.ndarray:
 
 
 def _tensor_as_array(table: torch.Tensor, name: str) -> np.ndarray:
-    """A torch tensor (sparse ones within :data:`DENSE_BUDGET_BYTES`, bfloat16 ones as float32) as a numpy array."""
+    """A torch tensor (sparse ones within ``DENSE_BUDGET_BYTES``, bfloat16 ones as float32) as a numpy array."""
     if table.layout != torch.strided:
         _check_budget(tuple(table.shape), name)
         table = table.to_dense()
@@ -110,7 +110,7 @@ def contrastive_tensors(
     :param target: ``(N, F)`` numbers: numpy array, torch tensor (dense or sparse), scipy
         sparse matrix or AnnData (its ``.X``, or ``.layers[layer]``; AnnData is read by duck
         typing, never imported). Sparse tables are checked while sparse and made dense only
-        when they fit :data:`DENSE_BUDGET_BYTES` as float32.
+        when they fit ``DENSE_BUDGET_BYTES`` as float32.
     :param background: ``(M, F)`` in the same form, with the same features (same ``var_names``
         when both are AnnData).
     :param counts: also require non-negative integer values (for the count likelihoods).
@@ -148,7 +148,7 @@ MAX_BASE_MEAN = 1e6
 class SyntheticCounts:
     """Target and background count matrices with a known salient subgroup structure.
 
-    See the module docstring for the generative process.
+    See :mod:`ppl_vae.data.counts` for the generative process.
 
     :param num_target: N target cells.
     :param num_background: M background cells.

@@ -341,7 +341,7 @@ class DSprites(Dataset):
     """dSprites: 737,280 binary 64x64 images of 2-D shapes on the full grid of six factors.
 
     Items are ``(x, factors)``: ``x`` is ``(1, 64, 64)`` float32 in {0, 1} and ``factors`` is
-    ``(6,)`` int64 class indices in the order of :attr:`factor_names`.
+    ``(6,)`` int64 class indices in the order of ``factor_names``.
 
     :param path: the original ``dsprites_ndarray_co1sh3sc6or40x32y32_64x64.npz`` (keys ``imgs``,
         ``latents_classes``, optionally ``latents_values``). When ``None`` (default) images come

@@ -72,7 +72,11 @@ class GrassTexture:
         self.photographs = [_as_photograph(photo, f"photographs[{i}]") for i, photo in enumerate(photographs)]
 
     def region(self, photo: int, part: str) -> tuple[int, int, int, int]:
-        """``(row_start, row_stop, col_start, col_stop)`` of ``part`` ("target" or "background") in a photograph."""
+        """``(row_start, row_stop, col_start, col_stop)`` of ``part`` ("target" or "background") in a photograph.
+
+        :param photo: index of the photograph in ``photographs``.
+        :param part: ``"target"`` (the left half) or ``"background"`` (the right half).
+        """
         if part not in PARTS:
             raise ValueError(f"part must be one of {PARTS}; got {part!r}")
         height, width = self.photographs[photo].shape
@@ -84,6 +88,9 @@ class GrassTexture:
 
         A photograph is chosen with probability proportional to its number of patch positions.
 
+        :param n: number of patches.
+        :param part: ``"target"`` or ``"background"``: the half of the photographs to cut from.
+        :param rng: the random generator that picks the photographs and positions.
         :returns: ``(patches, origins)``: ``(n, 28, 28)`` float32 in [0, 1], and ``(n, 3)`` int64 rows
             ``(photograph, top row, left column)``.
         """
@@ -184,7 +191,7 @@ class GrassyMNIST(Dataset):
 
     As a Dataset, item ``i`` pairs target ``i % N`` with background ``i % M`` for contrastive
     training: ``(target_x (1, 28, 28), target_y (), background_x (1, 28, 28))``, length
-    ``max(N, M)``. See the module docstring for the construction.
+    ``max(N, M)``. See :mod:`ppl_vae.data.grassy_mnist` for the construction.
 
     :param digits: digit classes to keep as targets (default 0, 1, 2).
     :param amplitude: grass intensity relative to the digit, ``a >= 0`` (default 3.0; 0 gives plain digits).
@@ -201,8 +208,9 @@ class GrassyMNIST(Dataset):
     :param grass: photographs to cut patches from (default :func:`grass_texture`'s skimage grass).
     :ivar target: data set of ``(x (1, 28, 28) float32 in [0, 1], y int64)``.
     :ivar background: data set of ``(x (1, 28, 28) float32 in [0, 1],)``.
-    :ivar target_patch_origins, background_patch_origins: ``(N, 3)`` / ``(M, 3)`` int64
-        ``(photograph, top row, left column)`` of every grass patch.
+    :ivar target_patch_origins: ``(N, 3)`` int64 ``(photograph, top row, left column)`` of the
+        grass patch of every target image.
+    :ivar background_patch_origins: ``(M, 3)`` int64, the same for every background image.
     :ivar grass: the :class:`GrassTexture` used.
     """
 

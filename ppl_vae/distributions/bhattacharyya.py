@@ -86,5 +86,9 @@ def bhattacharyya_coefficient(p: Distribution, q: Distribution) -> Tensor:
         p = Normal(loc.unsqueeze(1), scale.unsqueeze(1)).to_event(1)  # batch (K, 1)
         q = Normal(loc.unsqueeze(0), scale.unsqueeze(0)).to_event(1)  # batch (1, K)
         bhattacharyya_coefficient(p, q)                               # (K, K)
+
+    :param p: ``Normal`` or ``Independent(Normal, k)``.
+    :param q: same kind as ``p`` (same number ``k`` of event dimensions), batch shape
+        broadcastable with ``p``'s.
     """
     return torch.exp(-bhattacharyya_distance(p, q))

@@ -31,6 +31,8 @@ class FixedScaleNormal(dist.Normal):
 
     :param loc: the means, any shape (the batch shape).
     :param scale: sigma, a float > 0.
+    :param validate_args: check arguments and values as ``torch.distributions`` does; ``None``
+        follows torch's global default.
     """
 
     def __init__(self, loc: torch.Tensor, scale: float, validate_args: bool | None = None) -> None:
@@ -39,13 +41,19 @@ class FixedScaleNormal(dist.Normal):
         super().__init__(loc, torch.full((), self.fixed_scale, dtype=loc.dtype, device=loc.device), validate_args)
 
     def expand(self, batch_shape, _instance=None) -> FixedScaleNormal:
-        """The same distribution broadcast to ``batch_shape`` (the fixed scale is carried over)."""
+        """The same distribution broadcast to ``batch_shape`` (the fixed scale is carried over).
+
+        :param batch_shape: the new batch shape, broadcastable from the current one.
+        """
         new = self._get_checked_instance(FixedScaleNormal, _instance)
         new.fixed_scale, new._log_normaliser = self.fixed_scale, self._log_normaliser
         return super().expand(batch_shape, _instance=new)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """Element-wise log-density, shape ``broadcast(value, loc)``."""
+        """Element-wise log-density, shape ``broadcast(value, loc)``.
+
+        :param value: the observations, any shape broadcastable with ``loc``.
+        """
         if self._validate_args:
             self._validate_sample(value)
         return -0.5 * ((value - self.loc) / self.fixed_scale).pow(2) - self._log_normaliser
@@ -58,6 +66,8 @@ class FixedScaleLaplace(dist.Laplace):
 
     :param loc: the locations, any shape (the batch shape).
     :param scale: b, a float > 0.
+    :param validate_args: check arguments and values as ``torch.distributions`` does; ``None``
+        follows torch's global default.
     """
 
     def __init__(self, loc: torch.Tensor, scale: float, validate_args: bool | None = None) -> None:
@@ -66,13 +76,19 @@ class FixedScaleLaplace(dist.Laplace):
         super().__init__(loc, torch.full((), self.fixed_scale, dtype=loc.dtype, device=loc.device), validate_args)
 
     def expand(self, batch_shape, _instance=None) -> FixedScaleLaplace:
-        """The same distribution broadcast to ``batch_shape`` (the fixed scale is carried over)."""
+        """The same distribution broadcast to ``batch_shape`` (the fixed scale is carried over).
+
+        :param batch_shape: the new batch shape, broadcastable from the current one.
+        """
         new = self._get_checked_instance(FixedScaleLaplace, _instance)
         new.fixed_scale, new._log_normaliser = self.fixed_scale, self._log_normaliser
         return super().expand(batch_shape, _instance=new)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        """Element-wise log-density, shape ``broadcast(value, loc)``."""
+        """Element-wise log-density, shape ``broadcast(value, loc)``.
+
+        :param value: the observations, any shape broadcastable with ``loc``.
+        """
         if self._validate_args:
             self._validate_sample(value)
         return -(value - self.loc).abs() / self.fixed_scale - self._log_normaliser

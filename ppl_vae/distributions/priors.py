@@ -121,6 +121,8 @@ class PriorModule(nn.Module):
 
     Subclasses implement ``forward()`` returning a Pyro distribution with batch shape ``()`` and
     event shape ``(dim,)``.
+
+    :param dim: latent dimension D, the event size of the prior.
     """
 
     def __init__(self, dim: int) -> None:
@@ -137,7 +139,10 @@ class PriorModule(nn.Module):
 
 
 class IsotropicGaussianPrior(PriorModule):
-    """The standard normal prior p(z) = N(z; 0, I) on ``(dim,)``."""
+    """The standard normal prior p(z) = N(z; 0, I) on ``(dim,)``.
+
+    :param dim: latent dimension D.
+    """
 
     def __init__(self, dim: int) -> None:
         super().__init__(dim)
@@ -203,6 +208,10 @@ class AnisotropicGaussianPrior(PriorModule):
         :param data: ``(n, F)`` data matrix (or ``(n, ...)``, flattened to ``(n, F)``).
             For very large data sets pass a random subset.
         :param dim: latent dimension D, at most the rank of the data.
+        :param learn: train ``log_variances`` with the model, starting from the principal ones.
+        :param total_variance: ``pvs``, the average prior variance per dimension (> 0).
+        :param center: subtract the data's mean before the decomposition (``False``: the
+            authors' uncentred choice).
         """
         dim = _check_dim(dim)
         x = torch.as_tensor(data).detach().to(torch.float64)
@@ -346,6 +355,8 @@ class MixtureOfGaussiansPrior(PriorModule):
         """The paper's pinwheel prior: 4 equal-weight components in D = 2.
 
         Means (0, -1), (0, 1), (1, 0), (-1, 0); variance 0.03 per dimension (App. B).
+
+        :param learn: train the means and (log-)variances with the model.
         """
         means = torch.tensor([[0.0, -1.0], [0.0, 1.0], [1.0, 0.0], [-1.0, 0.0]])
         return cls(means, 0.03, learn=learn)

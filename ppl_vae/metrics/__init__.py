@@ -23,9 +23,9 @@ Others:
 from ppl_vae.metrics.accuracy import classification_accuracy, clustering_accuracy
 from ppl_vae.metrics.aggregate import aggregate_posterior_mismatch
 from ppl_vae.metrics.beta_vae import BetaVAEResult, beta_vae_score
-from ppl_vae.metrics.dci import DCIResult, dci
+from ppl_vae.metrics.dci import DCIModel, DCIResult, dci
 from ppl_vae.metrics.disentanglement import disentanglement_scores, factor_scores
-from ppl_vae.metrics.factor_score import FactorDataset, FactorScoreResult, factor_score
+from ppl_vae.metrics.factor_score import Encode, FactorDataset, FactorScoreResult, factor_score
 from ppl_vae.metrics.mig import MIGResult, mig
 from ppl_vae.metrics.sap import SAPResult, sap_score
 from ppl_vae.metrics.silhouette import silhouette
@@ -34,7 +34,9 @@ from ppl_vae.metrics.sparsity import hoyer_sparsity
 __all__ = [
     "aggregate_posterior_mismatch",
     "BetaVAEResult",
+    "DCIModel",
     "DCIResult",
+    "Encode",
     "FactorDataset",
     "FactorScoreResult",
     "MIGResult",

@@ -11,6 +11,8 @@ import torch
 from ppl_vae._progress import Progress
 from ppl_vae.metrics._arrays import as_numpy, check_finite
 
+#: What the disentanglement metrics call to represent images: ``(n, C, H, W)`` float images in
+#: [0, 1] -> ``(n, D)`` representations (a torch tensor or a numpy array), e.g. the posterior means.
 Encode = Callable[[torch.Tensor], "torch.Tensor | np.ndarray"]
 
 
@@ -25,11 +27,18 @@ class FactorDataset(Protocol):
     factor_names: Sequence[str]
 
     def sample_factors(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """Draw factor indices uniformly: LongTensor (n, num_factors)."""
+        """Draw factor indices uniformly: LongTensor (n, num_factors).
+
+        :param n: number of factor combinations to draw.
+        :param generator: the torch random generator to draw with.
+        """
         ...
 
     def images_from_factors(self, factors: torch.Tensor) -> torch.Tensor:
-        """Render the images of factor indices (n, num_factors): FloatTensor (n, 1, 64, 64)."""
+        """Render the images of factor indices (n, num_factors): FloatTensor (n, 1, 64, 64).
+
+        :param factors: ``(n, num_factors)`` int64 factor indices, each below its factor's size.
+        """
         ...
 
 

@@ -40,6 +40,10 @@ def aggregate_posterior_mismatch(
     :param prior: p(z), ``batch_shape ()`` and ``event_shape (D,)`` (e.g. ``model.prior()``).
     :param num_samples: M, at least 2; ``None`` takes N.
     :param seed: seeds a forked RNG (the global RNG state is left untouched).
+    :param length_scales: positive length scales of the MMD's kernels (as in
+        :func:`~ppl_vae.infer.mmd_dimensionwise`).
+    :param chunk_size: encodings of q(z) per block when the KL evaluates the density of q (bounds
+        the memory, not the result).
     :returns: ``{"mmd", "mmd_prior_floor", "inclusive_kl"}`` as floats.
     :raises ValueError: on shapes that do not match, non-positive scales, or M < 2.
     """

@@ -20,6 +20,8 @@ from ppl_vae.metrics._factor_data import (
     varying_factors,
 )
 
+#: The classifier :func:`dci` fits to predict each factor: ``"gbt"`` (gradient-boosted trees, as
+#: disentanglement_lib) or ``"forest"`` (a random forest).
 DCIModel = Literal["gbt", "forest"]
 MODELS: tuple[str, ...] = ("gbt", "forest")
 
@@ -77,6 +79,10 @@ def dci(
        undefined: with a single varying factor disentanglement is reported as 1.0, and with a
        single dimension completeness is.
 
+    :param encode: as in :func:`~ppl_vae.metrics.mig`.
+    :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
+    :param n_train: images the classifiers are fitted on.
+    :param n_test: images they are scored on.
     :param model: the classifier of step 2. ``"gbt"``: scikit-learn's
         ``GradientBoostingClassifier()`` with its defaults, as disentanglement_lib (100
         rounds of one depth-3 tree per class: slow for factors with many values, several
@@ -85,10 +91,6 @@ def dci(
         multi-class trees on bootstrap samples, every split chosen among all dimensions, so
         that a dimension that predicts a factor exactly takes all of its importance; tens of
         times faster; random forests are one of the two models of the DCI paper). The two give different numbers: say which was used.
-    :param encode: as in :func:`~ppl_vae.metrics.mig`.
-    :param dataset: see :class:`~ppl_vae.metrics.FactorDataset`.
-    :param n_train: images the classifiers are fitted on.
-    :param n_test: images they are scored on.
     :param seed: seeds the factor draws and the classifiers.
     :param encode_batch_size: images per ``encode`` call.
     :param progress: show the progress of the encoding, then of one fit per factor (bars on a

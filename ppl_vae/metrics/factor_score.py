@@ -85,14 +85,16 @@ def factor_score(
     :param n_train: standard protocol only (validated for both): votes the classifier is fitted on.
     :param n_eval: standard protocol only: held-out votes it is scored on.
     :param batch_size: standard protocol only: images per vote.
+    :param seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
+        the factor of each vote, and the parted protocol's image order and subset); same
+        seed, same score for a deterministic ``encode``.
+    :param protocol: ``"standard"`` (disentanglement_lib's) or ``"parted"`` (the PartedVAE
+        authors'); see "Protocols" below.
     :param n_variance: standard protocol only: images of the global variance.
     :param prune_threshold: standard protocol only: the smallest std of a dimension that can vote.
     :param chunk_size: parted protocol only (validated for both): images per vote.
     :param min_std: parted protocol only: the smallest std of a winning dimension.
     :param num_images: parted protocol only: a random subset of this many images (``None``: all).
-    :param seed: seeds a ``torch.Generator`` (for ``sample_factors``) and a numpy Generator (for
-        the factor of each vote, and the parted protocol's image order and subset); same
-        seed, same score for a deterministic ``encode``.
     :param encode_batch_size: images per ``encode`` call; memory is bounded by it, never by the
         data set size.
     :param progress: show the progress of the images encoded: a bar when stderr is a terminal,

@@ -1,6 +1,6 @@
 """A synthetic factor data set for testing and benchmarking the disentanglement metrics.
 
-Its images carry their own factor values, so :meth:`SyntheticFactors.true_factors` is a
+Its images carry their own factor values, so ``SyntheticFactors.true_factors`` is a
 perfect (oracle) representation and the time of a metric is the metric's, not a renderer's.
 """
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Linear baselines.
+r"""Linear baselines.
 
 Contrastive PCA (cPCA; Abid, Zhang, Bagaria & Zou 2018) is the linear method the contrastive
 VAE generalises: the directions v that maximise the target's variance while penalising the
 background's,
 
-    v* = argmax_{|v| = 1}  v^T (C_target - alpha C_background) v,
+.. math:: v^* = \operatorname{argmax}_{\lVert v \rVert = 1} v^\top (C_\text{target} - \alpha C_\text{background}) v,
 
 i.e. the leading eigenvectors of ``C_target - alpha C_background`` (each covariance about its
 own data set's mean). ``alpha = 0`` is PCA of the target.
@@ -52,7 +52,11 @@ class ContrastivePCA:
         self.mean: np.ndarray | None = None
 
     def fit(self, target: np.ndarray | torch.Tensor, background: np.ndarray | torch.Tensor) -> ContrastivePCA:
-        """Fit on ``target (N, *features)`` and ``background (M, *features)``."""
+        """Fit on ``target (N, *features)`` and ``background (M, *features)``.
+
+        :param target: ``(N, *features)`` the data whose specific directions are sought.
+        :param background: ``(M, *features)`` the data whose variance is penalised, same features.
+        """
         x, b = _as_matrix(target, "target"), _as_matrix(background, "background")
         if x.shape[1] != b.shape[1]:
             raise ValueError(f"background must have {x.shape[1]} features like the target, got {b.shape[1]}")
@@ -66,7 +70,10 @@ class ContrastivePCA:
         return self
 
     def transform(self, data: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Project ``data (n, *features)`` (centred by the target's mean) onto the components: ``(n, k)``."""
+        """Project ``data (n, *features)`` (centred by the target's mean) onto the components: ``(n, k)``.
+
+        :param data: ``(n, *features)``, the features of the fitted data.
+        """
         if self.components is None:
             raise ValueError("ContrastivePCA must be fitted before transform")
         x = _as_matrix(data, "data")
@@ -75,5 +82,9 @@ class ContrastivePCA:
         return (x - self.mean) @ self.components.T
 
     def fit_transform(self, target: np.ndarray | torch.Tensor, background: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Fit, then project the target: ``(N, k)``."""
+        """Fit, then project the target: ``(N, k)``.
+
+        :param target: ``(N, *features)`` the data whose specific directions are sought.
+        :param background: ``(M, *features)`` the data whose variance is penalised, same features.
+        """
         return self.fit(target, background).transform(target)

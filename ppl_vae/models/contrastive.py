@@ -51,6 +51,10 @@ def check_contrastive_data(
     first dimension (``(B, *event)`` and ``(B', *event)``); at least one must be given. With
     ``check_finite`` NaN or infinite values are refused too (this reads the data back from the
     device, so the model only does it under Pyro's validation).
+
+    :param target: ``(B, *event)`` target batch, or ``None``.
+    :param background: ``(B', *event)`` background batch, or ``None``.
+    :param check_finite: refuse NaN or infinite values too.
     """
     if target is None and background is None:
         raise ValueError("target and background are both None; give at least one batch")
@@ -167,6 +171,11 @@ class ContrastiveVAE(PyroModule):
         (ReLU) and a decoder ``D_s + D_z -> hidden -> prod(event)``, all with or without biases.
 
         :param event_shape: shape of one observation, e.g. ``(1, 28, 28)`` or ``(genes,)``.
+        :param salient_dim: D_s, the salient latent dimension.
+        :param shared_dim: D_z, the shared latent dimension.
+        :param hidden: width of the hidden layer of each network.
+        :param bias: give every layer and Gaussian head a bias; ``False`` makes an all-zero input
+            map to zero (see the class's ``bias``).
         :param kwargs: passed to the constructor (``likelihood``, ``target_size``, ...).
         """
         event_shape = tuple(int(d) for d in event_shape)
@@ -213,6 +222,11 @@ class ContrastiveVAE(PyroModule):
         ``Predictive(cvae.model, guide=cvae.guide, ...)(target, background)`` returns the data
         themselves at ``target_x`` and ``background_x`` (Pyro returns observed values), and
         ``parallel=True`` is refused: the networks take one batch of points at a time.
+
+        :param target: ``(B, *event)`` target batch (observed at ``target_x``), or ``None``.
+        :param background: ``(B', *event)`` background batch (observed at ``background_x``), or ``None``.
+        :param batch_size: with ``target=None``, the number B of target points to draw.
+        :param background_batch_size: with ``background=None``, the number B' of background points to draw.
         """
         if batch_size is None and background_batch_size is None:
             check_contrastive_data(target, background, check_finite=is_validation_enabled())
@@ -236,7 +250,11 @@ class ContrastiveVAE(PyroModule):
     @pyro_method
     def guide(self, target: torch.Tensor | None = None, background: torch.Tensor | None = None) -> None:
         """q(s|x) q(z|x) on the target batch and q(z|b) on the background batch (same site names
-        and plates as :meth:`model`)."""
+        and plates as :meth:`model`).
+
+        :param target: ``(B, *event)`` target batch, or ``None``.
+        :param background: ``(B', *event)`` background batch, or ``None``.
+        """
         shared_encoder, shared_head = self.shared_encoder, self.shared_head  # registered once (see model)
         if target is not None:
             batch = target.shape[0]
@@ -253,40 +271,65 @@ class ContrastiveVAE(PyroModule):
                 pyro.sample("background_z", dist.Normal(z_loc, z_scale).to_event(1))
 
     def salient_embedding(self, x: torch.Tensor) -> torch.Tensor:
-        """Posterior means of q(s | x): ``x (B, *event) -> (B, D_s)``."""
+        """Posterior means of q(s | x): ``x (B, *event) -> (B, D_s)``.
+
+        :param x: ``(B, *event)`` data points (target or background).
+        """
         return self.salient_head(self.salient_encoder(self._encoder_input(x)))[0]
 
     def shared_embedding(self, x: torch.Tensor) -> torch.Tensor:
-        """Posterior means of q(z | x): ``x (B, *event) -> (B, D_z)``."""
+        """Posterior means of q(z | x): ``x (B, *event) -> (B, D_z)``.
+
+        :param x: ``(B, *event)`` data points (target or background).
+        """
         return self.shared_head(self.shared_encoder(self._encoder_input(x)))[0]
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """``[E q(s|x), E q(z|x)]``: ``x (B, *event) -> (B, D_s + D_z)``."""
+        """``[E q(s|x), E q(z|x)]``: ``x (B, *event) -> (B, D_s + D_z)``.
+
+        :param x: ``(B, *event)`` data points.
+        """
         return torch.cat([self.salient_embedding(x), self.shared_embedding(x)], dim=-1)
 
     def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """The likelihood's mean ``(B, *event)`` for ``[s, z] (B, D_s + D_z)``."""
+        """The likelihood's mean ``(B, *event)`` for ``[s, z] (B, D_s + D_z)``.
+
+        :param latent: ``(B, D_s + D_z)`` salient then shared codes.
+        """
         decoded = self.decoder(latent)
         if self.counts is not None:
             return self.counts.mean(decoded)
         return likelihood_mean(self.likelihood, decoded)
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
-        """Decode both posterior means: ``x (B, *event) -> (B, *event)``."""
+        """Decode both posterior means: ``x (B, *event) -> (B, *event)``.
+
+        :param x: ``(B, *event)`` data points.
+        """
         return self.decode(self.encode(x))
 
     def generate_salient(self, s: torch.Tensor) -> torch.Tensor:
-        """Salient-only generation, ``f([s, 0])``: ``s (B, D_s) -> (B, *event)`` (paper, section 3, use 2)."""
+        """Salient-only generation, ``f([s, 0])``: ``s (B, D_s) -> (B, *event)`` (paper, section 3, use 2).
+
+        :param s: ``(B, D_s)`` salient codes.
+        """
         return self.decode(torch.cat([s, s.new_zeros(s.shape[0], self.shared_dim)], dim=-1))
 
     def denoise(self, x: torch.Tensor) -> torch.Tensor:
         """Remove the shared (background) structure: ``x -> E q(s|x) -> f([s, 0])``,
-        ``(B, *event) -> (B, *event)`` (paper, section 3, use 3, with the posterior mean for s)."""
+        ``(B, *event) -> (B, *event)`` (paper, section 3, use 3, with the posterior mean for s).
+
+        :param x: ``(B, *event)`` target points.
+        """
         return self.generate_salient(self.salient_embedding(x))
 
     def sample(self, n: int, mean: bool = False) -> torch.Tensor:
         """n target draws x ~ p(x | s, z), s ~ p(s), z ~ p(z): ``(n, *event)``; with ``mean=True``
-        the likelihood's means."""
+        the likelihood's means.
+
+        :param n: number of draws.
+        :param mean: return the likelihood's means instead of draws from it.
+        """
         latent = torch.cat([self.salient_prior().sample((n,)), self.shared_prior().sample((n,))], dim=-1)
         if mean:
             return self.decode(latent)

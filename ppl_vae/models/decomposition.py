@@ -79,17 +79,27 @@ class DecompositionVAE(VAE):
 
     def posterior(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Means and standard deviations ``(B, D)``, ``(B, D)`` of q(z | x) for
-        ``x (B, *event)``: the mixture components of the aggregate encoding q(z)."""
+        ``x (B, *event)``: the mixture components of the aggregate encoding q(z).
+
+        :param x: ``(B, *event)`` data points.
+        """
         return self.head(self.encoder(x))
 
     def aggregate_posterior_sample(self, x: torch.Tensor) -> torch.Tensor:
-        """One draw ``z_n ~ q(z | x_n)`` per point, ``(B, D)``: samples of q(z) over ``x``."""
+        """One draw ``z_n ~ q(z | x_n)`` per point, ``(B, D)``: samples of q(z) over ``x``.
+
+        :param x: ``(B, *event)`` data points.
+        """
         loc, scale = self.posterior(x)
         return dist.Normal(loc, scale).sample()
 
     def reconstruction_log_likelihood(self, x: torch.Tensor, num_samples: int = 1) -> torch.Tensor:
         r"""``(B,)`` Monte Carlo estimates of :math:`E_{q(z|x_n)}[\log p(x_n \mid z)]`
-        (Fig. 4 centre), averaged over ``num_samples`` draws of z, for ``x (B, *event)``."""
+        (Fig. 4 centre), averaged over ``num_samples`` draws of z, for ``x (B, *event)``.
+
+        :param x: ``(B, *event)`` data points.
+        :param num_samples: draws of z per point (>= 1).
+        """
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         loc, scale = self.posterior(x)

@@ -12,6 +12,7 @@ from torch import nn
 from ppl_vae.distributions.fixed_scale import FixedScaleLaplace, FixedScaleNormal
 from ppl_vae.nn.precision import full_precision
 
+#: The likelihood names of :func:`likelihood`, for images and other real or binary data.
 LIKELIHOODS = ("bernoulli", "gaussian", "laplace")
 #: Count likelihoods with learned per-feature dispersion (:class:`CountLikelihood`).
 COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
@@ -41,8 +42,11 @@ def likelihood(
       Decomposition paper uses 0.1 for Fashion-MNIST;
       :class:`~ppl_vae.distributions.FixedScaleLaplace`).
 
+    :param name: ``"bernoulli"``, ``"gaussian"`` or ``"laplace"``.
+    :param decoded: ``(batch, *event)`` the decoder's output, as above.
     :param event_dim: number of trailing dimensions that form one observation
         (3 for images ``(C, H, W)``, 1 for vectors).
+    :param scale: the fixed scale of a Gaussian or Laplace likelihood (> 0); ``None`` for Bernoulli.
 
     The distribution's parameters are float32 even when the decoder ran in bfloat16 under
     mixed precision (:func:`~ppl_vae.nn.full_precision`).
@@ -59,7 +63,11 @@ def likelihood(
 
 
 def likelihood_mean(name: str, decoded: torch.Tensor) -> torch.Tensor:
-    """The mean of p(x | decoded): ``sigmoid(logits)`` for Bernoulli, the location otherwise."""
+    """The mean of p(x | decoded): ``sigmoid(logits)`` for Bernoulli, the location otherwise.
+
+    :param name: ``"bernoulli"``, ``"gaussian"`` or ``"laplace"``.
+    :param decoded: ``(batch, *event)`` the decoder's output (logits for Bernoulli).
+    """
     return torch.sigmoid(decoded) if name == "bernoulli" else decoded
 
 
@@ -84,7 +92,10 @@ class CountLikelihood(nn.Module):
 
     def forward(self, log_mean: torch.Tensor) -> dist.TorchDistribution:
         """The distribution of counts ``(batch, F)`` given ``log_mean (batch, F)``; event dim 1
-        (float32 parameters under mixed precision too)."""
+        (float32 parameters under mixed precision too).
+
+        :param log_mean: ``(batch, F)`` the decoder's output, log mu.
+        """
         log_mean = full_precision(log_mean)
         total_count = self.log_total_count.exp()
         logits = log_mean - self.log_total_count
@@ -94,6 +105,9 @@ class CountLikelihood(nn.Module):
         return dist.ZeroInflatedNegativeBinomial(total_count, logits=logits, gate_logits=gate_logits).to_event(1)
 
     def mean(self, log_mean: torch.Tensor) -> torch.Tensor:
-        """E[x] ``(batch, F)``: ``mu``, times ``1 - sigmoid(gate)`` when zero-inflated."""
+        """E[x] ``(batch, F)``: ``mu``, times ``1 - sigmoid(gate)`` when zero-inflated.
+
+        :param log_mean: ``(batch, F)`` the decoder's output, log mu.
+        """
         mean = log_mean.exp()
         return mean if self.gate_logits is None else mean * torch.sigmoid(-self.gate_logits)

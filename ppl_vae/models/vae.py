@@ -22,7 +22,10 @@ from ppl_vae.nn import GaussianHead
 
 class StandardNormalPrior(nn.Module):
     """p(z) = N(0, I_D), the default prior: ``forward()`` returns a distribution with
-    ``event_shape (D,)`` on the module's device."""
+    ``event_shape (D,)`` on the module's device.
+
+    :param dim: latent dimension D.
+    """
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -151,7 +154,11 @@ class VAE(PyroModule):
 
         ``Predictive(vae.model, guide=vae.guide, ...)(x)["x"]`` returns x itself (Pyro returns
         observed values), and ``parallel=True`` is refused: the networks take one batch of
-        points at a time."""
+        points at a time.
+
+        :param x: ``(B, *event)`` data batch, observed at site ``x``; ``None`` to draw.
+        :param batch_size: with ``x=None``, the number B of points to draw.
+        """
         batch = batch_size_of(x, batch_size)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             z = one_draw_per_point(pyro.sample("z", self.prior().expand([batch])), "z")
@@ -165,27 +172,43 @@ class VAE(PyroModule):
 
     @pyro_method
     def guide(self, x: torch.Tensor) -> torch.Tensor:
-        """q(z | x) for ``x (B, *event)``; returns the sampled ``z (B, D)``."""
+        """q(z | x) for ``x (B, *event)``; returns the sampled ``z (B, D)``.
+
+        :param x: ``(B, *event)`` data batch.
+        """
         batch = x.shape[0]
         loc, scale = self.head(self.encoder(x))
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             return pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Posterior means ``(B, D)`` of q(z | x) for ``x (B, *event)``."""
+        """Posterior means ``(B, D)`` of q(z | x) for ``x (B, *event)``.
+
+        :param x: ``(B, *event)`` data points.
+        """
         return self.head(self.encoder(x))[0]
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """The likelihood's mean ``(B, *event)`` for latents ``z (B, D)``."""
+        """The likelihood's mean ``(B, *event)`` for latents ``z (B, D)``.
+
+        :param z: ``(B, D)`` latent codes.
+        """
         return likelihood_mean(self.likelihood, self.decoder(z))
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
-        """Decode the posterior mean: ``x (B, *event) -> (B, *event)``."""
+        """Decode the posterior mean: ``x (B, *event) -> (B, *event)``.
+
+        :param x: ``(B, *event)`` data points.
+        """
         return self.decode(self.encode(x))
 
     def sample(self, n: int, mean: bool = False) -> torch.Tensor:
         """n draws x ~ p(x | z), z ~ p(z): ``(n, *event)``; with ``mean=True`` the likelihood's
-        means instead (what pictures of samples show)."""
+        means instead (what pictures of samples show).
+
+        :param n: number of draws.
+        :param mean: return the likelihood's means instead of draws from it.
+        """
         decoded = self.decoder(self.prior().sample((n,)))
         if mean:
             return likelihood_mean(self.likelihood, decoded)

@@ -5,6 +5,7 @@ import math
 
 from torch import nn
 
+#: The activation names :func:`activation` accepts.
 ACTIVATIONS = ("relu", "leaky_relu", "identity")
 
 
@@ -12,6 +13,8 @@ def activation(name: str, negative_slope: float = 0.01) -> nn.Module:
     """An in-place activation module: ``"relu"``, ``"leaky_relu"`` with ``negative_slope``
     (the slope for negative inputs, >= 0; ignored by the others) or ``"identity"`` (none).
 
+    :param name: ``"relu"``, ``"leaky_relu"`` or ``"identity"``.
+    :param negative_slope: the slope of ``"leaky_relu"`` for negative inputs.
     :raises ValueError: an unknown ``name`` or a negative or non-finite ``negative_slope``.
     """
     if name not in ACTIVATIONS:

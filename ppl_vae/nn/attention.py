@@ -32,8 +32,12 @@ class AttentionGate(nn.Module):
         self.features = int(features)
 
     def forward(self, c: torch.Tensor, sharpness: float | torch.Tensor = 1.0) -> torch.Tensor:
-        """Gate ``(B, F)`` for one-hot or relaxed one-hot ``c (B, L)``; ``sharpness`` k > 0
-        (a float or a 0-dim tensor)."""
+        """Gate ``(B, F)`` for one-hot or relaxed one-hot ``c (B, L)``; ``sharpness`` k > 0.
+
+        :param c: ``(B, L)`` one-hot or relaxed one-hot class codes.
+        :param sharpness: k > 0, a float or a 0-dim tensor; multiplies the logits before the
+            sigmoid (larger: closer to 0/1).
+        """
         if c.shape[-1] != self.num_classes:
             raise ValueError(
                 f"c must have shape (batch, {self.num_classes}), got {tuple(c.shape)}"

@@ -60,9 +60,14 @@ class ConvEncoder(nn.Module):
     ``size`` 64 uses four stride-2 layers (64 -> 4), ``size`` 32 three (32 -> 4),
     ``size`` 28 three with padding that maps 28 -> 14 -> 7 -> 4.
 
+    :param image_size: side of the square input images: 64, 32 or 28.
+    :param channels: channels of the input images (1 for grey, 3 for colour).
+    :param hidden_dim: number of output features (the linear layer's width).
     :param bias: ``False`` builds bias-free layers (``encoder(0) = 0``).
-    :param channels_last: run the convolutions on channels-last activations (module
-        docstring).
+    :param conv_channels: output channels of each convolution; ``None`` for the papers'
+        (32, 32, 64, 64) at size 64, (32, 64, 64) otherwise.
+    :param channels_last: run the convolutions on channels-last activations
+        (:mod:`ppl_vae.nn.conv`).
     :param last_conv_activation: the activation after the last convolution, by name
         (:func:`~ppl_vae.nn.activations.activation`); the other convolutions are always
         followed by ReLU. The PartedVAE authors use ``"leaky_relu"`` with slope 0.1.
@@ -105,6 +110,7 @@ class ConvEncoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Features ``(B, hidden_dim)`` of images ``x: (B, channels, image_size, image_size)``.
 
+        :param x: ``(B, channels, image_size, image_size)`` images.
         :raises ValueError: ``x`` is not a batch of such images.
         """
         _check_image_batch(x, self.channels, self.image_size)
@@ -120,8 +126,15 @@ class ConvDecoder(nn.Module):
     Mirrors :class:`ConvEncoder`: ``Linear(latent -> hidden -> 64*4*4)`` then
     transposed 4x4 stride-2 convolutions.
 
+    :param latent_dim: size of the latent codes decoded.
+    :param image_size: side of the square output images: 64, 32 or 28.
+    :param channels: channels of the output images.
+    :param hidden_dim: width of the first linear layer.
+    :param bias: ``False`` builds bias-free layers (``decoder(0) = 0``).
+    :param conv_channels: the encoder's convolution channels, which the transposed convolutions
+        mirror; ``None`` for the papers' (see :class:`ConvEncoder`).
     :param channels_last: run the transposed convolutions on channels-last activations
-        (module docstring); the output is then channels-last too.
+        (:mod:`ppl_vae.nn.conv`); the output is then channels-last too.
     """
 
     def __init__(
@@ -162,6 +175,7 @@ class ConvDecoder(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         """Pre-likelihood values ``(..., channels, image_size, image_size)`` of latents ``z: (..., latent_dim)``.
 
+        :param z: ``(..., latent_dim)`` latent codes, any batch shape.
         :raises ValueError: the last dimension of ``z`` is not ``latent_dim``.
         """
         if z.shape[-1] != self.latent_dim:

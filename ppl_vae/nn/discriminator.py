@@ -9,6 +9,7 @@ from torch import nn
 
 from ppl_vae.nn.precision import full_precision
 
+#: The ``kind`` names :class:`TCDiscriminator` accepts.
 DISCRIMINATORS = ("linear", "mlp")
 
 
@@ -23,6 +24,9 @@ class TCDiscriminator(nn.Module):
     q(s, z) and the product q(s) q(z) have the same means: its optimum is the constant
     ``logit = 0`` for any dependence between s and z, so with ``"linear"`` the TC estimate
     (and its gradient) stays near zero. Use ``"mlp"`` for a TC term that can see dependence.
+
+    :param kind: ``"linear"`` or ``"mlp"``.
+    :param hidden: widths of the hidden layers of ``"mlp"`` (ignored by ``"linear"``).
     """
 
     def __init__(self, kind: str = "linear", hidden: Sequence[int] = (64, 64)) -> None:
@@ -36,7 +40,11 @@ class TCDiscriminator(nn.Module):
 
     def build(self, input_dim: int, device: torch.device | str | None = None) -> TCDiscriminator:
         """Create the network for inputs of width ``input_dim`` on ``device`` (once; later calls
-        check the width)."""
+        check the width).
+
+        :param input_dim: D_s + D_z, the width of the inputs ``v``.
+        :param device: where the parameters live; ``None`` for torch's default device.
+        """
         if self.net is not None:
             if input_dim != self.input_dim:
                 raise ValueError(f"the discriminator was built for [s, z] of width {self.input_dim}, got {input_dim}")
@@ -52,6 +60,9 @@ class TCDiscriminator(nn.Module):
         return self
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B,)`` in float32 (also under mixed precision) for ``v (B, D_s + D_z)``."""
+        """Logits ``(B,)`` in float32 (also under mixed precision) for ``v (B, D_s + D_z)``.
+
+        :param v: ``(B, D_s + D_z)`` codes, joint draws or draws with permuted ``s``.
+        """
         self.build(v.shape[-1], v.device)
         return full_precision(self.net(v).squeeze(-1))

@@ -17,7 +17,10 @@ class GaussianHead(nn.Module):
     (at least) even when the affine maps run in bfloat16 under mixed precision, so the
     distributions built from them, and their KLs, are computed in float32.
 
+    :param in_features: width of the input features.
+    :param out_features: D, the dimension of the Gaussian.
     :param bias: ``False`` gives a head with ``head(0) = (0, softplus(0) + min_scale)``.
+    :param min_scale: the smallest standard deviation (>= 0), added to the softplus.
     """
 
     def __init__(
@@ -32,7 +35,10 @@ class GaussianHead(nn.Module):
         self.out_features = int(out_features)
 
     def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loc, scale)``, each ``(..., out_features)`` and at least float32, of features ``h: (..., in_features)``."""
+        """``(loc, scale)``, each ``(..., out_features)`` and at least float32, of features ``h: (..., in_features)``.
+
+        :param h: ``(..., in_features)`` features, e.g. an encoder's output.
+        """
         loc, raw_scale = full_precision(self.loc(h)), full_precision(self.raw_scale(h))
         return loc, F.softplus(raw_scale) + self.min_scale
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
+#: The ``scheme`` names :func:`initialise` accepts.
 WEIGHT_INITS = ("torch", "glorot")
 _LAYERS = (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)
 
@@ -13,6 +14,8 @@ def initialise(module: nn.Module, scheme: str) -> nn.Module:
     ``"glorot"`` draws weights from Glorot's uniform distribution and sets biases to zero
     (Keras's defaults for ``Dense`` and ``Conv2D``, which the contrastive VAE's authors used).
 
+    :param module: the network whose layers are re-drawn (nested modules included).
+    :param scheme: ``"torch"`` or ``"glorot"``.
     :raises ValueError: an unknown ``scheme``.
     """
     if scheme not in WEIGHT_INITS:

@@ -43,14 +43,20 @@ class MLP(nn.Sequential):
 
 
 class Unflatten(nn.Module):
-    """Reshape ``(batch, prod(shape))`` to ``(batch, *shape)``: an MLP decoder's image view."""
+    """Reshape ``(batch, prod(shape))`` to ``(batch, *shape)``: an MLP decoder's image view.
+
+    :param shape: the shape of one output, e.g. ``(1, 28, 28)``.
+    """
 
     def __init__(self, shape: Sequence[int]) -> None:
         super().__init__()
         self.shape = tuple(int(s) for s in shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x: (..., prod(shape))`` viewed as ``(..., *shape)``."""
+        """``x: (..., prod(shape))`` viewed as ``(..., *shape)``.
+
+        :param x: ``(..., prod(shape))`` flat values.
+        """
         return x.reshape(*x.shape[:-1], *self.shape)
 
 
@@ -65,6 +71,12 @@ def mlp_decoder(
 
     Only the latent is flattened, so the input must be 2-D; the output is reshaped to
     ``output_shape`` (e.g. ``(1, 28, 28)`` or ``(2,)``).
+
+    :param latent_dim: size of the latent codes.
+    :param hidden: widths of the hidden layers.
+    :param output_shape: shape of one output.
+    :param bias: ``False`` builds every layer without bias (``decoder(0) = 0``).
+    :param activation: module class put after every hidden layer.
     """
     out_features = 1
     for s in output_shape:

@@ -13,6 +13,8 @@ def full_precision(t: torch.Tensor) -> torch.Tensor:
     distribution (Gaussian heads, class logits, decoder outputs, discriminator logits), so
     that under ``precision="bf16-mixed"`` the networks' layers run in bfloat16 while every
     log-density, KL and loss term is computed in float32. Outside autocast it is a no-op.
+
+    :param t: a network's output, any shape and dtype.
     """
     if t.is_floating_point() and torch.finfo(t.dtype).bits < 32:
         return t.float()

@@ -63,7 +63,14 @@ def train_recipe(
 ) -> dict[str, Any]:
     """Build (seeded by ``config.train.seed``, so a resumed run rebuilds the same model and
     data), train and evaluate; writes the run directory and returns the figures. Under data
-    parallelism only rank 0 evaluates (the others return ``{}``)."""
+    parallelism only rank 0 evaluates (the others return ``{}``).
+
+    :param recipe: the recipe, e.g. ``RECIPES["parted"]``.
+    :param config: the recipe's config dataclass (with a ``train`` :class:`~ppl_vae.train.TrainConfig`).
+    :param run_dir: where config, checkpoints, metrics and pictures go.
+    :param resume: continue the run in ``run_dir`` from its last checkpoint (as :func:`ppl_vae.fit`).
+    :param overwrite: allow ``run_dir`` to hold an earlier run.
+    """
     if not isinstance(getattr(config, "train", None), TrainConfig):
         raise TypeError(f"{type(config).__name__} must have a 'train: TrainConfig' field")
     pyro.set_rng_seed(config.train.seed)

@@ -4,7 +4,7 @@ Evaluation, as in the paper: the silhouette score of the salient (and shared) me
 the known labels (digits, or count subgroups); the salient scatter coloured by label; denoised
 images ``f([E q(s|x), 0])``; salient-only samples ``f([s, 0])`` on a grid of s; and a posterior
 predictive check of the target. Evaluation trains nothing: the paper's comparison with a plain
-VAE of the same total latent size and MLP sizes (:func:`plain_vae`) is a run of its own
+VAE of the same total latent size and MLP sizes (``plain_vae``) is a run of its own
 (``experiments/contrastive/run.py`` trains both).
 """
 from __future__ import annotations

@@ -27,8 +27,8 @@ class Recipe:
     :param config_class: a dataclass with a ``train: TrainConfig`` field.
     :param module: the module whose ``build(config) -> Experiment`` builds it, whose
         ``build_untrained(config, model_inputs) -> (model, objective)`` builds the untrained model
-        without loading data (``model_inputs``: :attr:`~ppl_vae.recipes.Experiment.model_inputs`
-        as saved with a run), and whose ``demo() -> config`` gives settings that train on a CPU in
+        without loading data (``model_inputs``: the ``model_inputs`` of an
+        :class:`~ppl_vae.recipes.Experiment`, as saved with a run), and whose ``demo() -> config`` gives settings that train on a CPU in
         about a minute.
     :param description: one line for ``ppl-vae list``.
     """
@@ -39,11 +39,19 @@ class Recipe:
     description: str
 
     def build(self, config: Any) -> Experiment:
-        """The model, objective, training data and evaluation of ``config``."""
+        """The model, objective, training data and evaluation of ``config``.
+
+        :param config: an instance of the recipe's ``config_class``.
+        """
         return importlib.import_module(self.module).build(config)
 
     def build_model(self, config: Any, model_inputs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
-        """The untrained model and objective of ``config``, without loading data."""
+        """The untrained model and objective of ``config``, without loading data.
+
+        :param config: an instance of the recipe's ``config_class``.
+        :param model_inputs: the facts about the training data the model's sizes depend on, as
+            a run saved them (the ``model_inputs`` of an :class:`~ppl_vae.recipes.Experiment`).
+        """
         return importlib.import_module(self.module).build_untrained(config, model_inputs)
 
     def demo(self) -> Any:
@@ -51,6 +59,8 @@ class Recipe:
         return importlib.import_module(self.module).demo()
 
 
+#: The recipes by name (the CLI's ``MODEL`` argument): ``"vae"``, ``"parted"``, ``"contrastive"``,
+#: ``"decomposition"``.
 RECIPES: dict[str, Recipe] = {
     recipe.name: recipe
     for recipe in (

@@ -299,7 +299,10 @@ def settings_of(config: Any, prefix: str = "") -> list[Setting]:
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """A recipe config as a JSON-ready dict."""
+    """A recipe config as a JSON-ready dict.
+
+    :param config: a recipe's config dataclass instance.
+    """
     return dataclasses.asdict(config)
 
 
@@ -307,6 +310,9 @@ def config_from_dict(config_class: type, values: Mapping[str, Any], prefix: str 
     """Build ``config_class`` from a nested, possibly partial dict (a saved ``config.json``,
     a ``--config`` file); values are converted to the declared types (text parsed).
 
+    :param config_class: the config dataclass to build (a recipe's, or a group of one).
+    :param values: setting name -> value, groups as nested mappings; missing ones keep their defaults.
+    :param prefix: the dotted name of the group ``values`` belongs to (``"train."``), for messages.
     :raises SettingError: for an unknown setting (with close names), a value of the wrong
         type, or a value out of range (naming the setting and the value).
     """
@@ -412,6 +418,8 @@ def with_overrides(config: Any, overrides: Mapping[str, Any]) -> Any:
     or ``{"train": {"lr": 1e-3}}``; text values are parsed to the declared types, and the
     result is validated.
 
+    :param config: the config dataclass instance to copy.
+    :param overrides: dotted setting name -> value, or nested mappings of groups.
     :raises SettingError: naming the setting and the value.
     """
     values = config_to_dict(config)

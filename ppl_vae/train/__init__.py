@@ -22,6 +22,7 @@ _ENGINE = {
     "RunDirectoryExistsError": "run_dir",
     "SVIModule": "module",
     "TensorBatches": "batches",
+    "TensorGroups": "batches",
     "as_groups": "batches",
     "fit": "fit",
     "plan_sweep": "sweep",

@@ -13,6 +13,8 @@ import torch
 from ppl_vae._storage import stored_as_float
 from ppl_vae._validation import integer, positive_integer
 
+#: Training data as :func:`as_groups` normalises it: group name -> {tensor name -> tensor}, the
+#: tensors of one group aligned along their first dimension.
 TensorGroups = dict[str, dict[str, torch.Tensor]]
 
 
@@ -22,6 +24,8 @@ def as_groups(data: Mapping[str, torch.Tensor | Mapping[str, torch.Tensor]]) -> 
     ``{"x": X}`` becomes ``{"x": {"x": X}}``; ``{"labelled": {"x": XL, "y": YL}}`` stays.
     Tensors in one group must share their first dimension; groups may differ in size
     (unpaired target and background data, a small labelled set).
+
+    :param data: name -> tensor (a group of its own, of that name), or name -> {key: tensor}.
     """
     if not isinstance(data, Mapping) or not data:
         raise ValueError(
@@ -73,6 +77,11 @@ class TensorBatches:
     :param batch_size: rows per batch for every group (``batch_sizes`` overrides per group);
         a group smaller than its batch size is used whole.
     :param num_batches: total number of batches to yield (the length of training).
+    :param seed: seeds the permutations (with the group and the pass).
+    :param batch_sizes: group name -> rows per batch, for the groups whose batches differ from
+        ``batch_size``.
+    :param rank: this process's index among ``world_size`` (as :meth:`shard`).
+    :param world_size: number of data-parallel processes sharing the batches.
     :param binarize: keys whose values, grey levels in [0, 1], are drawn as
         ``Bernoulli(grey)`` in {0, 1} every time a batch is made (dynamic binarisation; the
         draws use torch's global generator, which checkpoints restore).
@@ -112,7 +121,11 @@ class TensorBatches:
         self.start = 0
 
     def shard(self, rank: int, world_size: int) -> None:
-        """Make this the batches of process ``rank`` out of ``world_size``."""
+        """Make this the batches of process ``rank`` out of ``world_size``.
+
+        :param rank: the process's index, ``0 <= rank < world_size``.
+        :param world_size: number of data-parallel processes.
+        """
         world_size = positive_integer("world_size", world_size)
         self.rank, self.world_size = integer("rank", rank, minimum=0, maximum=world_size - 1), world_size
         self.batch_sizes = {}
@@ -129,11 +142,17 @@ class TensorBatches:
         return self.num_batches
 
     def seek(self, iteration: int) -> None:
-        """Start the next iteration over the batches at batch number ``iteration``."""
+        """Start the next iteration over the batches at batch number ``iteration``.
+
+        :param iteration: the training iteration to resume at, ``0 <= iteration <= num_batches``.
+        """
         self.start = integer("iteration", iteration, minimum=0, maximum=self.num_batches)
 
     def batches_per_pass(self, name: str) -> int:
-        """Number of batches in one pass over group ``name`` (per rank)."""
+        """Number of batches in one pass over group ``name`` (per rank).
+
+        :param name: a group of the data.
+        """
         size = next(iter(self.groups[name].values())).shape[0]
         return max(size // (self.batch_sizes[name] * self.world_size), 1)
 
@@ -174,7 +193,10 @@ class TensorBatches:
         return {"seed": self.seed, "num_batches": self.num_batches, "world_size": self.world_size}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Check that a resumed run draws its batches as the checkpointed run did."""
+        """Check that a resumed run draws its batches as the checkpointed run did.
+
+        :param state: the checkpoint's :meth:`state_dict`.
+        """
         if dict(state) != self.state_dict():
             raise ValueError(
                 f"the checkpoint's batch order {dict(state)} differs from this run's "
@@ -187,7 +209,10 @@ class TensorBatches:
         return self
 
     def to(self, device: torch.device | str) -> TensorBatches:
-        """Move every tensor to ``device`` (once, before training)."""
+        """Move every tensor to ``device`` (once, before training).
+
+        :param device: e.g. ``"cuda"`` or a torch device.
+        """
         self.groups = {
             name: {key: t.to(device) for key, t in group.items()} for name, group in self.groups.items()
         }
@@ -202,6 +227,9 @@ class BatchBlocks:
     It reads ``batches`` lazily, so sharding, moving, pinning or seeking ``batches`` after
     the blocks were made is seen by them; a run resumed at iteration ``t`` gets blocks that
     start at ``t``.
+
+    :param batches: the minibatches to group.
+    :param size: minibatches per block (training iterations per Lightning step).
     """
 
     def __init__(self, batches: TensorBatches, size: int) -> None:
@@ -226,5 +254,8 @@ class BatchBlocks:
         return self.batches.state_dict()
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Check a resumed run's batch order (:meth:`TensorBatches.load_state_dict`)."""
+        """Check a resumed run's batch order (:meth:`TensorBatches.load_state_dict`).
+
+        :param state: the checkpoint's :meth:`state_dict`.
+        """
         self.batches.load_state_dict(state)

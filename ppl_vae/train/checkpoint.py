@@ -8,7 +8,7 @@ random states, logged history, model and objective class names, architecture), s
 asked otherwise.
 
 ppl_vae's checkpoints carry a SHA-256 digest of their weights and optimiser states
-(``checkpoint["ppl_vae"]["digest"]``, :func:`tensor_digest`): torch does not check the CRCs of
+(``checkpoint["ppl_vae"]["digest"]``, ``tensor_digest``): torch does not check the CRCs of
 the zip file it writes, so a flipped bit would otherwise load as a changed weight.
 :func:`read_checkpoint` verifies the digest and refuses weights that are NaN or infinite.
 """
@@ -44,7 +44,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None
     ) -> None:
-        """Write ``checkpoint`` to ``path`` atomically: a temporary file, fsync, rename."""
+        """Write ``checkpoint`` to ``path`` atomically: a temporary file, fsync, rename.
+
+        :param checkpoint: the state Lightning saves (weights, optimiser states, callbacks' states).
+        :param path: the checkpoint file.
+        :param storage_options: Lightning's extra options for the storage; none are used.
+        """
         write_atomically(path, lambda handle: torch.save(checkpoint, handle), binary=True)
 
 

@@ -47,6 +47,8 @@ def training_strategy(strategy: str, num_processes: int) -> str | Strategy:
     ``"ddp_spawn"``, ``"ddp_fork"`` and ``"ddp_notebook"`` train in worker processes whose
     history and step count never come back to the caller; they are refused.
 
+    :param strategy: ``TrainConfig.strategy``: a Lightning strategy name (``"auto"``, ``"ddp"``, ...).
+    :param num_processes: number of processes training together (devices times nodes).
     :raises ValueError: for a spawning strategy.
     """
     positive_integer("num_processes", num_processes)
@@ -63,7 +65,10 @@ def training_strategy(strategy: str, num_processes: int) -> str | Strategy:
 def launch_rank(devices: int) -> int:
     """This process's global rank, read from the launcher's environment before the process
     group exists: ``RANK`` (torchrun), else ``NODE_RANK * devices + LOCAL_RANK`` (Lightning's
-    own launcher and its children), else ``SLURM_PROCID`` (srun with several tasks), else 0."""
+    own launcher and its children), else ``SLURM_PROCID`` (srun with several tasks), else 0.
+
+    :param devices: devices per node (``TrainConfig.devices``).
+    """
     if "RANK" in os.environ:
         return int(os.environ["RANK"])
     if "LOCAL_RANK" in os.environ or "NODE_RANK" in os.environ:
@@ -101,6 +106,12 @@ class SetupAgreement(L.Callback):
         self.failure = failure
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Raise the setup error of the lowest failing process, on every process, if one failed.
+
+        :param trainer: the Lightning trainer (unused).
+        :param pl_module: the module being trained (unused).
+        :param stage: Lightning's stage, ``"fit"`` here (unused).
+        """
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             if self.failure is not None:
                 raise self.failure
@@ -128,7 +139,11 @@ def _sendable(error: BaseException | None) -> BaseException | None:
 
 def process_seed(seed: int, rank: int) -> int:
     """A 32-bit seed for process ``rank`` of a run seeded with ``seed``, distinct per rank
-    (``numpy.random.SeedSequence([seed, rank])``)."""
+    (``numpy.random.SeedSequence([seed, rank])``).
+
+    :param seed: the run's seed (>= 0).
+    :param rank: the process's global rank (>= 0).
+    """
     integer("seed", seed, minimum=0)
     integer("rank", rank, minimum=0)
     return int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
@@ -142,12 +157,17 @@ def seed_process(seed: int) -> None:
     each prior draw N times in the global batch of the MMD), while they must build the
     same model (DDP also broadcasts rank 0's parameters when it wraps the module). The
     engine therefore calls this when training starts, after the model is built.
+
+    :param seed: the run's seed (>= 0).
     """
     pyro.set_rng_seed(process_seed(seed, process_rank()))
 
 
 def mean_over_processes(values: torch.Tensor) -> torch.Tensor:
-    """The element-wise mean of ``values`` over processes (``values`` itself on one)."""
+    """The element-wise mean of ``values`` over processes (``values`` itself on one).
+
+    :param values: a tensor of the same shape on every process.
+    """
     if world_size() == 1:
         return values
     values = values.clone()

@@ -1,5 +1,5 @@
 """Evaluation during training: a curve of held-out figures against training steps, and
-stopping on a plateau of one of them.
+stopping on a plateau of one of them::
 
     accuracy = PeriodicEvaluation(lambda model: {"accuracy": held_out_accuracy(model)},
                                   every_n_steps=500, monitor="accuracy", patience=5)
@@ -79,8 +79,11 @@ class PeriodicEvaluation(L.Callback):
         self.min_delta = finite("min_delta", min_delta, low=0.0)
         self.restore_best = boolean("restore_best", restore_best)
         self.evaluate_at_end = boolean("evaluate_at_end", evaluate_at_end)
+        #: Every evaluation so far, as ``{"step": iteration, **figures}``.
         self.history: list[dict[str, float]] = []
+        #: The best evaluation of :attr:`history` (``None`` before the first, or without ``monitor``).
         self.best: dict[str, float] | None = None
+        #: The iteration of a plateau stop, else ``None``.
         self.stopped_at: int | None = None
         self._best_weights: dict[str, torch.Tensor] | None = None
         self._waited = 0
@@ -113,7 +116,12 @@ class PeriodicEvaluation(L.Callback):
             self._waited += 1
 
     def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, *args: Any) -> None:
-        """Evaluate when the iterations crossed a multiple of ``every_n_steps``; stop on a plateau."""
+        """Evaluate when the iterations crossed a multiple of ``every_n_steps``; stop on a plateau.
+
+        :param trainer: the Lightning trainer (told to stop on a plateau).
+        :param module: the training module, with the ``model`` and its ``iteration`` count.
+        :param args: Lightning's other arguments (outputs, batch, batch index), unused.
+        """
         step = module.iteration
         last = self.history[-1]["step"] if self.history else 0
         if step // self.every_n_steps <= last // self.every_n_steps:
@@ -126,7 +134,11 @@ class PeriodicEvaluation(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
         """Evaluate the final model (unless just done, or ``evaluate_at_end`` is off); load
-        the best weights if asked."""
+        the best weights if asked.
+
+        :param trainer: the Lightning trainer.
+        :param module: the training module, with the ``model`` and its ``iteration`` count.
+        """
         if self.evaluate_at_end and (not self.history or self.history[-1]["step"] != module.iteration):
             self._run(module.model, module.iteration)
         if self.restore_best and self._best_weights is not None:
@@ -138,7 +150,10 @@ class PeriodicEvaluation(L.Callback):
                 "stopped_at": self.stopped_at, "waited": self._waited, "best_weights": self._best_weights}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from :meth:`state_dict` (a resumed run)."""
+        """Continue from :meth:`state_dict` (a resumed run).
+
+        :param state_dict: the checkpoint's :meth:`state_dict` of this callback.
+        """
         self.history = list(state_dict["history"])
         self.best = state_dict["best"]
         self.stopped_at = state_dict["stopped_at"]

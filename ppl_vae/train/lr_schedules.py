@@ -1,10 +1,10 @@
 """Learning rates reduced on a plateau of a step's loss, under manual optimisation.
 
-:class:`PlateauSchedules` builds one ``torch.optim.lr_scheduler.ReduceLROnPlateau`` for each
-step that :attr:`~ppl_vae.train.TrainConfig.lr_plateau` names and feeds it, at the end of each
+``PlateauSchedules`` builds one ``torch.optim.lr_scheduler.ReduceLROnPlateau`` for each
+step that the ``lr_plateau`` of a :class:`~ppl_vae.train.TrainConfig` names and feeds it, at the end of each
 window of iterations, the mean of that step's loss over the window. The training module hands
 the schedulers to Lightning (which saves and restores their state with the checkpoint) and
-calls :meth:`PlateauSchedules.observe` after every iteration; the sums of an unfinished window
+calls ``PlateauSchedules.observe`` after every iteration; the sums of an unfinished window
 go into the checkpoint too, so a resumed run reduces its rates exactly when an uninterrupted
 one would.
 """

@@ -45,7 +45,10 @@ def _line(row: Mapping[str, float], columns: Sequence[str]) -> str:
 
 
 def metrics_table_text(rows: Sequence[Mapping[str, float]]) -> str:
-    """The text of ``metrics.csv`` holding ``rows`` (dicts of term -> value with ``"step"``)."""
+    """The text of ``metrics.csv`` holding ``rows`` (dicts of term -> value with ``"step"``).
+
+    :param rows: one dict per logged step, ``{"step": step, term: value, ...}``.
+    """
     if not rows:
         return ""
     columns = _columns(rows)
@@ -54,7 +57,11 @@ def metrics_table_text(rows: Sequence[Mapping[str, float]]) -> str:
 
 def write_metrics_table(path: str | os.PathLike, rows: Sequence[Mapping[str, float]]) -> None:
     """Make the file at ``path`` hold exactly ``rows``, atomically (temporary file, ``fsync``,
-    rename); without rows the file is removed. A file that already holds them is left untouched."""
+    rename); without rows the file is removed. A file that already holds them is left untouched.
+
+    :param path: the CSV file.
+    :param rows: one dict per logged step, ``{"step": step, term: value, ...}``.
+    """
     path = Path(path)
     text = metrics_table_text(rows)
     if not text:
@@ -157,11 +164,20 @@ class CSVMetricsLogger(Logger):
 
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        """Nothing: a run's settings are in ``config.json``."""
+        """Nothing: a run's settings are in ``config.json``.
+
+        :param params: the hyperparameters Lightning passes (ignored).
+        :param args: ignored.
+        :param kwargs: ignored.
+        """
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Append the row ``{"step": step, **metrics}`` (rewrite the table if it has a new term)."""
+        """Append the row ``{"step": step, **metrics}`` (rewrite the table if it has a new term).
+
+        :param metrics: term -> value logged at this step.
+        :param step: the training step (iteration) of the values.
+        """
         row = {"step": step, **{name: float(value) for name, value in metrics.items()}}
         self.rows.append(row)
         if set(row) <= set(self.columns) and self.path.is_file():

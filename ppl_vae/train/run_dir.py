@@ -40,7 +40,14 @@ class RunDirectoryExistsError(FileExistsError):
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, within: str | os.PathLike | None = None) -> None:
     """Write ``payload`` as indented JSON via a temporary file and a rename
-    (:func:`~ppl_vae._files.write_atomically`, staying ``within`` that folder)."""
+    (a symbolic link at ``path`` is replaced, never written through; the file must stay
+    ``within`` that folder).
+
+    :param path: the JSON file.
+    :param payload: JSON-ready data (other objects are written as their ``str``).
+    :param within: a folder the file must stay inside, through symbolic links too; ``None``
+        checks nothing.
+    """
 
     def write(handle: IO) -> None:
         json.dump(payload, handle, indent=2, sort_keys=True, default=str)
@@ -69,7 +76,7 @@ class RunDirectory:
     :param resume: the folder must hold a run with a checkpoint to continue.
     :param create: make the ``checkpoints`` and ``pictures`` folders (for a run that trains or
         evaluates); ``False`` opens the folder as it is and writes nothing.
-    :raises ppl_vae._files.UnsafePathError: one of the run's files or folders is a symbolic
+    :raises ValueError: (``UnsafePathError``) one of the run's files or folders is a symbolic
         link leading outside the run folder (the library would write through it).
     """
 
@@ -100,7 +107,7 @@ class RunDirectory:
         ``metrics.csv``, ``metrics.json``, ``checkpoints/``, ``pictures/`` and each picture,
         ``tensorboard/``) is a symbolic link leading outside it.
 
-        :raises ppl_vae._files.UnsafePathError: naming the link and where it leads.
+        :raises ValueError: (``UnsafePathError``) naming the link and where it leads.
         """
         written = [self.config_path, self.metrics_csv, self.metrics_path, self.last_checkpoint, self.tensorboard]
         if self.pictures.is_dir():
@@ -154,7 +161,10 @@ class RunDirectory:
         return self.path / "metrics.json"
 
     def write_config(self, config: dict[str, Any]) -> None:
-        """Save the run's settings with versions and the start time."""
+        """Save the run's settings with versions and the start time.
+
+        :param config: the settings, JSON-ready, as ``config.json`` holds them.
+        """
         payload = dict(config)
         payload["versions"] = versions()
         payload["created"] = datetime.now(timezone.utc).isoformat()
@@ -165,7 +175,7 @@ class RunDirectory:
 
         :raises FileNotFoundError: no ``config.json``.
         :raises ValueError: naming the file, when it is empty, not UTF-8, not JSON, nested too
-            deeply (:func:`~ppl_vae._files.read_json`) or not a JSON object.
+            deeply or not a JSON object.
         """
         if not self.config_path.exists():
             raise FileNotFoundError(f"{self.config_path} does not exist: not a run directory")
@@ -175,5 +185,8 @@ class RunDirectory:
         return settings
 
     def write_metrics(self, metrics: dict[str, Any]) -> None:
-        """Save final figures to ``metrics.json``."""
+        """Save final figures to ``metrics.json``.
+
+        :param metrics: name -> figure (nested mappings allowed), JSON-ready.
+        """
         write_json_atomic(self.metrics_path, metrics, within=self.path)

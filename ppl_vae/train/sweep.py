@@ -42,6 +42,9 @@ class SweepJob:
     :param seed: ``train.seed`` of this run.
     :param run_dir: its run directory.
     :param command: the ``ppl-vae train`` command line.
+    :param status: ``"pending"``, ``"running"``, ``"ok"`` or ``"failed (...)"`` saying why.
+    :param seconds: how long it ran.
+    :param metrics: its final figures, flattened (:func:`flatten_metrics`).
     """
 
     settings: dict[str, Any]
@@ -133,7 +136,11 @@ def visible_gpus() -> list[str]:
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """The numbers of a ``metrics.json``, nested keys joined by dots (``final_losses.elbo_loss``)."""
+    """The numbers of a ``metrics.json``, nested keys joined by dots (``final_losses.elbo_loss``).
+
+    :param metrics: the figures of a run, nested mappings allowed; values that are not numbers are left out.
+    :param prefix: put before every key (the dotted path of ``metrics`` in the enclosing mapping).
+    """
     flat: dict[str, float] = {}
     for key, value in metrics.items():
         if isinstance(value, Mapping):
@@ -145,7 +152,10 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
 
 def summarise(jobs: Sequence[SweepJob]) -> list[dict[str, Any]]:
     """Per setting: the number of finished runs and each metric's mean and standard
-    deviation over their seeds (``std`` is 0 for a single run)."""
+    deviation over their seeds (``std`` is 0 for a single run).
+
+    :param jobs: the jobs of a sweep, run or not (only the finished ones count).
+    """
     groups: dict[str, list[SweepJob]] = {}
     for job in jobs:
         groups.setdefault(_setting_label(job.settings), []).append(job)
@@ -187,6 +197,8 @@ def run_sweep(
 ) -> dict:
     """Run ``jobs`` (from :func:`plan_sweep`) and write ``out/sweep.json`` and ``out/sweep.csv``.
 
+    :param jobs: the runs, each updated with its status, time and metrics.
+    :param out: the folder of the sweep's tables.
     :param parallel: jobs at once on a CPU-only machine; with GPUs, one job per GPU.
     :param stream: where progress lines and the summary table are printed.
     :param progress: a bar of finished jobs on stderr (shown only when stderr is a terminal).
@@ -253,7 +265,10 @@ def _write_csv(jobs: Sequence[SweepJob], path: Path) -> None:
 
 
 def format_summary(summary: Sequence[Mapping[str, Any]]) -> str:
-    """The summary as an aligned text table: one row per setting, ``mean ± std`` per metric."""
+    """The summary as an aligned text table: one row per setting, ``mean ± std`` per metric.
+
+    :param summary: from :func:`summarise`.
+    """
     names = sorted({name for entry in summary for name in entry["metrics"]})
     header = ["settings", "runs", *names]
     rows = []

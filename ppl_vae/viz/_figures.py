@@ -50,9 +50,13 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     """Lay out ``fig``, write it to ``path`` (folders created, format from the suffix, 100
     dpi) and return the path. A figure pyplot knows is closed afterwards.
 
-    The file is written atomically (:func:`~ppl_vae._files.write_atomically`): a symbolic link
+    The file is written atomically (through a temporary file and a rename): a symbolic link
     at ``path`` is replaced, never written through, and one leading outside its folder is
-    refused (:class:`~ppl_vae._files.UnsafePathError`)."""
+    refused (``UnsafePathError``, a ``ValueError``).
+
+    :param fig: the figure to write.
+    :param path: the file to write (its suffix gives the format: ``.png``, ``.pdf``, ``.svg``, ...).
+    """
     path = Path(path)
     engine = getattr(fig, "get_layout_engine", lambda: None)()
     if engine is None:

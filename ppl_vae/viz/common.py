@@ -24,7 +24,12 @@ TRAVERSALS_TITLE = "latent traversals (one row per dimension)"
 
 def image_grid(images: torch.Tensor | np.ndarray, nrow: int, pad: int = 1) -> np.ndarray:
     """Tile ``images (n, C, H, W)`` (C = 1 or 3) into one ``(rows*(H+pad), nrow*(W+pad)[, 3])``
-    array in [0, 1], row by row."""
+    array in [0, 1], row by row.
+
+    :param images: ``(n, C, H, W)`` images, values in [0, 1] (others are clipped).
+    :param nrow: images per row of the grid.
+    :param pad: pixels of white between neighbouring images and around the grid.
+    """
     images = as_numpy(images)
     if images.ndim != 4 or images.shape[1] not in (1, 3):
         raise ValueError(f"images must have shape (n, 1 or 3, H, W), got {images.shape}")
@@ -91,7 +96,14 @@ def plot_image_grid(
     row_labels: Sequence[str] | None = None,
 ) -> Figure:
     """Show ``images (n, C, H, W)`` as a grid of ``nrow`` columns; ``row_labels`` (one per
-    row) name the rows at their left."""
+    row) name the rows at their left.
+
+    :param images: ``(n, C, H, W)`` images in [0, 1], C = 1 or 3.
+    :param nrow: images per row.
+    :param title: title above the grid; ``None`` for none.
+    :param ax: the Axes to draw into; ``None`` for a new pyplot figure.
+    :param row_labels: a name for each row of the grid, shown at its left; ``None`` for none.
+    """
     row_labels = _checked_row_labels(row_labels, len(images), nrow)
     return _show_grid(image_grid(images, nrow), ax, title, row_labels=row_labels)
 
@@ -103,7 +115,14 @@ def save_image_grid(
     title: str | None = None,
     row_labels: Sequence[str] | None = None,
 ) -> Path:
-    """Write ``images (n, C, H, W)`` as a grid PNG; ``row_labels`` as in :func:`plot_image_grid`."""
+    """Write ``images (n, C, H, W)`` as a grid PNG; ``row_labels`` as in :func:`plot_image_grid`.
+
+    :param path: the file to write (its suffix gives the format; folders are created).
+    :param images: ``(n, C, H, W)`` images in [0, 1], C = 1 or 3.
+    :param nrow: images per row.
+    :param title: title above the grid; ``None`` for none.
+    :param row_labels: a name for each row of the grid; ``None`` for none.
+    """
     row_labels = _checked_row_labels(row_labels, len(images), nrow)
     return save_figure(_show_grid(image_grid(images, nrow), None, title, detached=True, row_labels=row_labels), path)
 
@@ -121,14 +140,26 @@ def reconstruction_rows(data: torch.Tensor, reconstructions: torch.Tensor) -> to
 def plot_reconstructions(
     data: torch.Tensor, reconstructions: torch.Tensor, title: str = RECONSTRUCTIONS_TITLE, ax: Axes | None = None
 ) -> Figure:
-    """Show rows of data ``(n, C, H, W)`` interleaved with their reconstructions, 8 per row."""
+    """Show rows of data ``(n, C, H, W)`` interleaved with their reconstructions, 8 per row.
+
+    :param data: ``(n, C, H, W)`` images; the first 32 (at most) are shown.
+    :param reconstructions: ``(n, C, H, W)`` reconstructions of ``data``, in its order.
+    :param title: title above the grid.
+    :param ax: the Axes to draw into; ``None`` for a new pyplot figure.
+    """
     return plot_image_grid(reconstruction_rows(data, reconstructions), min(8, len(data)), title, ax)
 
 
 def save_reconstructions(
     path: str | os.PathLike, data: torch.Tensor, reconstructions: torch.Tensor, title: str = RECONSTRUCTIONS_TITLE
 ) -> Path:
-    """Write rows of data ``(n, C, H, W)`` interleaved with their reconstructions, 8 per row."""
+    """Write rows of data ``(n, C, H, W)`` interleaved with their reconstructions, 8 per row.
+
+    :param path: the file to write (its suffix gives the format; folders are created).
+    :param data: ``(n, C, H, W)`` images; the first 32 (at most) are shown.
+    :param reconstructions: ``(n, C, H, W)`` reconstructions of ``data``, in its order.
+    :param title: title above the grid.
+    """
     return save_image_grid(path, reconstruction_rows(data, reconstructions), nrow=min(8, len(data)), title=title)
 
 
@@ -141,6 +172,11 @@ def traversal_images(
     """Decode ``base (D,)`` with one dimension at a time set to each of ``values (K,)``.
 
     Returns ``(len(dims) * K, C, H, W)``: one row per dimension.
+
+    :param decode: latent codes ``(K, D)`` -> images ``(K, C, H, W)`` (e.g. a model's ``decode``).
+    :param base: ``(D,)`` the code the traversals start from.
+    :param dims: the dimensions to traverse, one row each.
+    :param values: ``(K,)`` the values each traversed dimension takes.
     """
     rows = []
     for d in dims:
@@ -174,7 +210,18 @@ def plot_traversals(
 ) -> Figure:
     """Show ``decode`` around ``base (D,)``, one row per dimension in ``dims`` (default: all)
     over ``values (K,)`` (default: 8 steps over [-2.5, 2.5]), each row labelled with its
-    dimension's name in ``dim_names`` (D names; default ``z[0]``, ``z[1]``, ...)."""
+    dimension's name in ``dim_names`` (D names; default ``z[0]``, ``z[1]``, ...).
+
+    :param decode: latent codes ``(K, D)`` -> images ``(K, C, H, W)`` (e.g. a model's ``decode``).
+    :param base: ``(D,)`` the code the traversals start from.
+    :param dims: the dimensions to traverse, one row each; ``None`` for all D.
+    :param values: ``(K,)`` the values each traversed dimension takes; ``None`` for 8 steps
+        over [-2.5, 2.5].
+    :param title: title above the grid.
+    :param ax: the Axes to draw into; ``None`` for a new pyplot figure.
+    :param dim_names: a name for each of the D dimensions, labelling its row; ``None`` for
+        ``z[0]``, ``z[1]``, ...
+    """
     images, nrow, row_labels = _traversal_grid(decode, base, dims, values, dim_names)
     return plot_image_grid(images, nrow, title, ax, row_labels)
 
@@ -188,7 +235,17 @@ def save_traversals(
     title: str = TRAVERSALS_TITLE,
     dim_names: Sequence[str] | None = None,
 ) -> Path:
-    """Write the traversal grid of :func:`plot_traversals`, rows labelled as there."""
+    """Write the traversal grid of :func:`plot_traversals`, rows labelled as there.
+
+    :param path: the file to write (its suffix gives the format; folders are created).
+    :param decode: latent codes ``(K, D)`` -> images ``(K, C, H, W)``.
+    :param base: ``(D,)`` the code the traversals start from.
+    :param dims: the dimensions to traverse, one row each; ``None`` for all D.
+    :param values: ``(K,)`` the values each traversed dimension takes; ``None`` for 8 steps
+        over [-2.5, 2.5].
+    :param title: title above the grid.
+    :param dim_names: a name for each of the D dimensions; ``None`` for ``z[0]``, ``z[1]``, ...
+    """
     images, nrow, row_labels = _traversal_grid(decode, base, dims, values, dim_names)
     return save_image_grid(path, images, nrow=nrow, title=title, row_labels=row_labels)
 
@@ -221,7 +278,13 @@ def plot_latent_scatter(
     title: str = "latent means",
     ax: Axes | None = None,
 ) -> Figure:
-    """Scatter the first two dimensions of ``z (n, D)``, coloured by ``labels (n,)``."""
+    """Scatter the first two dimensions of ``z (n, D)``, coloured by ``labels (n,)``.
+
+    :param z: ``(n, D)`` codes, e.g. posterior means (against zeros when D = 1).
+    :param labels: ``(n,)`` a label per point, one colour and legend entry each; ``None`` for one colour.
+    :param title: title of the plot.
+    :param ax: the Axes to draw into; ``None`` for a new pyplot figure.
+    """
     return _latent_scatter(z, labels, title, ax, detached=False)
 
 
@@ -231,7 +294,13 @@ def save_latent_scatter(
     labels: torch.Tensor | np.ndarray | None = None,
     title: str = "latent means",
 ) -> Path:
-    """Write the scatter of :func:`plot_latent_scatter`."""
+    """Write the scatter of :func:`plot_latent_scatter`.
+
+    :param path: the file to write (its suffix gives the format; folders are created).
+    :param z: ``(n, D)`` codes, e.g. posterior means.
+    :param labels: ``(n,)`` a label per point; ``None`` for one colour.
+    :param title: title of the plot.
+    """
     return save_figure(_latent_scatter(z, labels, title, None, detached=True), path)
 
 
@@ -263,7 +332,14 @@ def plot_density_comparison(
     axes: Sequence[Axes] | None = None,
 ) -> Figure:
     """Side-by-side 2-D histograms of q(z) and p(z) samples ``(n, D)`` on shared axes (the
-    first two dimensions; a 1-D histogram when D = 1), in two new panels or the two ``axes``."""
+    first two dimensions; a 1-D histogram when D = 1), in two new panels or the two ``axes``.
+
+    :param posterior_samples: ``(n, D)`` samples of the aggregate posterior q(z).
+    :param prior_samples: ``(m, D)`` samples of the prior p(z).
+    :param title: title above both panels.
+    :param bins: histogram bins per axis.
+    :param axes: two Axes, for q(z) then p(z); ``None`` for a new pyplot figure.
+    """
     return _density_comparison(posterior_samples, prior_samples, title, bins, axes, detached=False)
 
 
@@ -274,7 +350,14 @@ def save_density_comparison(
     title: str = "aggregate posterior q(z) vs prior p(z)",
     bins: int = 60,
 ) -> Path:
-    """Write the histograms of :func:`plot_density_comparison`."""
+    """Write the histograms of :func:`plot_density_comparison`.
+
+    :param path: the file to write (its suffix gives the format; folders are created).
+    :param posterior_samples: ``(n, D)`` samples of the aggregate posterior q(z).
+    :param prior_samples: ``(m, D)`` samples of the prior p(z).
+    :param title: title above both panels.
+    :param bins: histogram bins per axis.
+    """
     return save_figure(_density_comparison(posterior_samples, prior_samples, title, bins, None, detached=True), path)
 
 
@@ -286,7 +369,14 @@ def save_model_pictures(
     ``sample``, written into ``pictures``: for images ``x (n, C, H, W)``,
     ``reconstructions.png``, ``samples.png`` (64 from the prior) and ``traversals.png``
     (around the first image's code); for any data, ``latents.png`` (the means of ``x``
-    coloured by ``labels (n,)``)."""
+    coloured by ``labels (n,)``).
+
+    :param model: a model with ``encode``, ``decode``, ``reconstruct`` and ``sample``
+        (:class:`~ppl_vae.models.VAE`, :class:`~ppl_vae.models.PartedVAE`, ...).
+    :param x: ``(n, C, H, W)`` images, or ``(n, F)`` data (then only ``latents.png``).
+    :param labels: ``(n,)`` a label per point colouring the latent scatter; ``None`` for one colour.
+    :param pictures: the folder to write into (created if missing).
+    """
     pictures = Path(pictures)
     if x.dim() == 4:
         save_reconstructions(pictures / "reconstructions.png", x[:32], model.reconstruct(x[:32]))

@@ -1,7 +1,7 @@
 """Pictures of a :class:`~ppl_vae.models.contrastive.ContrastiveVAE`: the salient scatter,
 denoised targets ``f([E q(s|x), 0])`` and salient-only samples ``f([s, 0])``, the images
-rescaled for display (:func:`for_display`). ``plot_*`` draw into a notebook's figure,
-:func:`save_contrastive_pictures` writes them all."""
+rescaled for display (``for_display``). ``plot_*`` draw into a notebook's figure,
+``save_contrastive_pictures`` writes them all."""
 from __future__ import annotations
 
 import os
@@ -58,7 +58,7 @@ def plot_salient_embedding(
 
 def plot_denoised(model: ContrastiveVAE, target: torch.Tensor, ax: Axes | None = None) -> Figure:
     """Rows of 8 target images ``(n, C, H, W)`` (at most 32), each followed by the row of their
-    denoised versions ``f([E q(s|x), 0])`` rescaled by :func:`for_display`."""
+    denoised versions ``f([E q(s|x), 0])`` rescaled by ``for_display``."""
     with torch.no_grad():
         denoised = for_display(model.denoise(target[:32]))
     return plot_reconstructions(target[:32], denoised, title=DENOISED_TITLE, ax=ax)
@@ -66,7 +66,7 @@ def plot_denoised(model: ContrastiveVAE, target: torch.Tensor, ax: Axes | None =
 
 def plot_salient_samples(model: ContrastiveVAE, n: int = 8, radius: float = 2.0, ax: Axes | None = None) -> Figure:
     """Salient-only samples ``f([s, 0])`` on :func:`salient_grid` (``n x n`` over
-    +-``radius``), rescaled by :func:`for_display`."""
+    +-``radius``), rescaled by ``for_display``."""
     with torch.no_grad():
         samples = model.generate_salient(salient_grid(model.salient_dim, n, radius).to(next(model.parameters()).device))
     return plot_image_grid(for_display(samples), n, SALIENT_SAMPLES_TITLE, ax)
@@ -78,7 +78,7 @@ def save_contrastive_pictures(
 ) -> None:
     """Write into ``pictures``: ``salient.png`` (salient means of ``target (n, ...)`` coloured
     by ``labels (n,)``) and, for image targets ``(n, C, H, W)``, ``denoised.png`` and
-    ``salient_samples.png`` (on :func:`salient_grid`), each image rescaled by :func:`for_display`."""
+    ``salient_samples.png`` (on ``salient_grid``), each image rescaled by ``for_display``."""
     pictures = Path(pictures)
     save_latent_scatter(pictures / "salient.png", model.salient_embedding(target), labels, title=SALIENT_TITLE)
     if target.dim() == 4:

@@ -86,6 +86,7 @@ def plot_ppc(result: PPCResult, axes: Sequence[Axes] | None = None) -> Figure:
     e.g. :func:`~ppl_vae.checks.per_class_mass`), each element's replicates and data value on
     a standardised axis; for more elements (e.g. pixel means), data against mean replicate.
 
+    :param result: the check to draw, from :func:`~ppl_vae.checks.posterior_predictive_check`.
     :param axes: one Axes per statistic, in the order of ``result.checks``; ``None`` for a
         new pyplot figure.
     """
@@ -93,5 +94,9 @@ def plot_ppc(result: PPCResult, axes: Sequence[Axes] | None = None) -> Figure:
 
 
 def save_ppc_plot(result: PPCResult, path: str | os.PathLike) -> Path:
-    """Write the panels of :func:`plot_ppc` to ``path``."""
+    """Write the panels of :func:`plot_ppc` to ``path``.
+
+    :param result: the check to draw, from :func:`~ppl_vae.checks.posterior_predictive_check`.
+    :param path: the file to write (its suffix gives the format; folders are created).
+    """
     return save_figure(_draw_ppc(result, None, detached=True), path)

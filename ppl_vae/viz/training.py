@@ -76,7 +76,7 @@ def plot_training_curves(metrics: Metrics, ax: Axes | Sequence[Axes] | None = No
     positive term spans two decades or more).
 
     :param metrics: a run directory or its ``metrics.csv``, or rows such as
-        :attr:`ppl_vae.FitResult.history` (dicts with ``"step"`` and term values).
+        the ``history`` of a :class:`ppl_vae.FitResult` (dicts with ``"step"`` and term values).
     :param ax: one Axes to draw every term into, one Axes per term (in the order the terms
         first appear), or ``None`` for a new pyplot figure.
     """
@@ -84,5 +84,10 @@ def plot_training_curves(metrics: Metrics, ax: Axes | Sequence[Axes] | None = No
 
 
 def save_training_curves(metrics: Metrics, path: str | os.PathLike) -> Path:
-    """Write the panels of :func:`plot_training_curves` to ``path``."""
+    """Write the panels of :func:`plot_training_curves` to ``path``.
+
+    :param metrics: a run directory or its ``metrics.csv``, or rows such as the ``history`` of
+        a :class:`ppl_vae.FitResult`.
+    :param path: the file to write (its suffix gives the format; folders are created).
+    """
     return save_figure(_draw_curves(metrics, None, detached=True), path)
