@@ -2,11 +2,15 @@
 
     python docs/check_site.py docs/_build/html                       # CI runs this after the build
     python docs/check_site.py docs/_build/html --screenshot parted.html parted.png
+    python docs/check_site.py docs/_build/html --math parted.html composing.html
 
 1. No page loads a script from another host (MathJax and everything else is served by the
    site itself, so the pages render offline): exits 1 naming the pages and the scripts.
 2. ``--screenshot PAGE PNG``: a headless Chromium (``chromium`` or ``chromium-browser`` on the
    PATH) renders PAGE of the site, scripts and all, into PNG, to see that the math renders.
+3. ``--math PAGE ...``: the same browser runs each PAGE's scripts with the network switched
+   off and reads back the document: exits 1 naming each page where MathJax typeset no
+   formula (no ``mjx-container`` element), e.g. because its script did not load.
 """
 from __future__ import annotations
 
@@ -31,25 +35,44 @@ def remote_scripts(site: Path) -> dict[str, list[str]]:
     return found
 
 
-def screenshot(site: Path, page: str, png: Path, width: int = 1200, height: int = 1800) -> None:
-    """Render ``site/page`` with headless Chromium into ``png``, giving MathJax time to typeset."""
+def _browser_on(site: Path, page: str) -> tuple[str, Path]:
+    """The headless browser's executable and the page's file; exits naming what is missing."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         raise SystemExit("no chromium on the PATH (Debian: apt-get install chromium)")
     target = (site / page).resolve()
     if not target.is_file():
         raise SystemExit(f"{target}: no such page in the built site")
-    subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},{height}",
-         "--virtual-time-budget=10000", f"--screenshot={png.resolve()}", target.as_uri()],
-        check=True, capture_output=True, timeout=120,
-    )
+    return browser, target
+
+
+#: Chromium's switches: no window, no sandbox (containers), no network (the page must render
+#: offline), and 10 s of virtual time for MathJax to typeset.
+HEADLESS = ["--headless", "--no-sandbox", "--disable-gpu", "--proxy-server=127.0.0.1:9",
+            "--virtual-time-budget=10000"]
+
+
+def screenshot(site: Path, page: str, png: Path, width: int = 1200, height: int = 1800) -> None:
+    """Render ``site/page`` with headless Chromium into ``png``, giving MathJax time to typeset."""
+    browser, target = _browser_on(site, page)
+    subprocess.run([browser, *HEADLESS, f"--window-size={width},{height}", f"--screenshot={png.resolve()}",
+                    target.as_uri()], check=True, capture_output=True, timeout=120)
+
+
+def typeset_formulas(site: Path, page: str) -> int:
+    """How many formulas MathJax typeset on ``site/page`` (``mjx-container`` elements of the
+    document after its scripts ran in headless Chromium, offline)."""
+    browser, target = _browser_on(site, page)
+    dom = subprocess.run([browser, *HEADLESS, "--dump-dom", target.as_uri()], check=True, capture_output=True,
+                         text=True, timeout=120).stdout
+    return dom.count("<mjx-container")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("site", type=Path, help="the built HTML site (docs/_build/html)")
     parser.add_argument("--screenshot", nargs=2, metavar=("PAGE", "PNG"), help="render PAGE into PNG")
+    parser.add_argument("--math", nargs="+", default=[], metavar="PAGE", help="pages whose formulas must typeset")
     args = parser.parse_args(argv)
     if not (args.site / "index.html").is_file():
         parser.error(f"{args.site} holds no built site (index.html)")
@@ -58,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{page}: loads {', '.join(scripts)} from another host", file=sys.stderr)
     if args.screenshot:
         screenshot(args.site, args.screenshot[0], Path(args.screenshot[1]))
-    return 1 if remote else 0
+    untypeset = [page for page in args.math if typeset_formulas(args.site, page) == 0]
+    for page in untypeset:
+        print(f"{page}: MathJax typeset no formula", file=sys.stderr)
+    return 1 if remote or untypeset else 0
 
 
 if __name__ == "__main__":

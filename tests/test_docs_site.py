@@ -1,16 +1,22 @@
 """docs/check_site.py, which CI runs on the built site: a page that loads a script from another
-host (MathJax from a CDN) fails the check; scripts served by the site pass."""
+host (MathJax from a CDN) fails the check; scripts served by the site pass; with a headless
+Chromium, a formula typesets offline from the MathJax the site serves, and a page whose
+MathJax cannot load fails ``--math``."""
 from __future__ import annotations
 
+import importlib.metadata
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 CHECK = Path(__file__).resolve().parents[1] / "docs" / "check_site.py"
 
 
-def check(site: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(CHECK), str(site)], capture_output=True, text=True, timeout=60)
+def check(site: Path, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CHECK), str(site), *options], capture_output=True, text=True, timeout=300)
 
 
 def test_a_page_loading_mathjax_from_a_cdn_fails_the_site_check(tmp_path):
@@ -28,3 +34,29 @@ def test_a_page_loading_mathjax_from_a_cdn_fails_the_site_check(tmp_path):
 def test_a_site_serving_its_own_scripts_passes(tmp_path):
     (tmp_path / "index.html").write_text('<script defer="defer" src="_static/mathjax/tex-chtml.js"></script>')
     assert check(tmp_path).returncode == 0
+
+
+def served_mathjax(site: Path) -> None:
+    """Copy the MathJax of the docs' sphinx-mathjax-offline package into ``site/_static/mathjax``."""
+    files = importlib.metadata.files("sphinx-mathjax-offline") or []
+    entry = next((f for f in files if str(f).endswith("static/mathjax/tex-chtml.js")), None)
+    if entry is None:
+        pytest.skip("sphinx-mathjax-offline (the docs extra) is not installed")
+    shutil.copytree(Path(entry.locate()).parent, site / "_static" / "mathjax")
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
+                    reason="no headless chromium")
+def test_a_formula_typesets_offline_and_a_page_without_its_mathjax_fails_the_math_check(tmp_path):
+    served_mathjax(tmp_path)
+    script = '<script defer="defer" src="{}_static/mathjax/tex-chtml.js"></script>'
+    (tmp_path / "index.html").write_text("<html><head>" + script.format("") + "</head><body>x</body></html>")
+    (tmp_path / "math.html").write_text(
+        "<html><head>" + script.format("") + r"</head><body><p>\(\mathcal{L} = -E_q[\log p(x \mid z)]\)</p></body></html>")
+    (tmp_path / "broken.html").write_text(
+        "<html><head>" + script.format("missing/") + r"</head><body><p>\(x^2\)</p></body></html>")
+
+    assert check(tmp_path, "--math", "math.html").returncode == 0
+    failed = check(tmp_path, "--math", "math.html", "broken.html")
+    assert failed.returncode == 1 and "broken.html: MathJax typeset no formula" in failed.stderr
+    assert "math.html:" not in failed.stderr
