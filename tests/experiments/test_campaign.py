@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "experiments" / "campaign.py"
 TABLES = ROOT / "experiments" / "tables.py"
+FIGURES = ROOT / "experiments" / "figures.py"
 TINY = {
     "name": "tiny-parted", "recipe": "parted", "seeds": [0], "steps": 40, "curve_every": 20, "curve_votes": 20,
     "votes": 20,
@@ -169,4 +170,26 @@ def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_pa
 
 def test_the_tables_in_the_docs_are_the_ones_the_committed_records_give():
     checked = run([sys.executable, str(TABLES), "--check"])
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_figures_are_drawn_from_records_and_check_fails_when_the_records_change(tmp_path):
+    results, figures = tmp_path / "results", tmp_path / "figures"
+    record = json.loads((ROOT / "results" / "parted-dsprites-labels" / "seed0.json").read_text())
+    (results / "parted-dsprites-labels").mkdir(parents=True)
+    path = results / "parted-dsprites-labels" / "seed0.json"
+    path.write_text(json.dumps(record))
+    command = [sys.executable, str(FIGURES), "--results", str(results), "--figures", str(figures)]
+    assert run([*command, "--check"]).returncode == 1  # no figure yet
+    assert run(command).returncode == 0
+    assert (figures / "parted-dsprites-labels.png").read_bytes().startswith(b"\x89PNG")
+    assert run([*command, "--check"]).returncode == 0
+    record["curve"][-1]["metrics"]["factor_score"] = 0.5
+    path.write_text(json.dumps(record))
+    checked = run([*command, "--check"])
+    assert checked.returncode == 1 and "parted-dsprites-labels.png" in checked.stderr
+
+
+def test_the_figures_in_the_docs_are_the_ones_the_committed_records_give():
+    checked = run([sys.executable, str(FIGURES), "--check"])
     assert checked.returncode == 0, checked.stderr
