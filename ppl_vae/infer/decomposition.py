@@ -210,8 +210,8 @@ class DecompositionELBO(MeanFieldELBO):
     :class:`~ppl_vae.models.vae.VAE`). See :class:`AggregateDivergence` for
     the MMD and the inclusive KL, their estimators, gradients and data parallelism.
 
-    Logged per data point (:attr:`~ppl_vae.infer.MeanFieldELBO.logged`): ``reconstruction`` = ``-E_q log p(x|z)``, ``kl`` =
-    ``KL(q(z|x) || p(z))`` (analytic or Monte Carlo, as in the loss, without beta) and the
+    Logged per data point (:attr:`~ppl_vae.infer.MeanFieldELBO.logged`): ``reconstruction`` =
+    ``-E_q log p(x|z)``, ``kl`` = ``KL(q(z|x) || p(z))`` (analytic or Monte Carlo, as in the loss, without beta) and the
     divergence under ``factor_name``; the loss is ``N (reconstruction + beta kl + alpha D)``.
     With ``alpha = 0`` the divergence is still computed, without gradients, for the log, and no
     factor site is added: the objective is exactly the beta-VAE's.

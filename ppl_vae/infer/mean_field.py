@@ -137,7 +137,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
     ``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms,
     not to the model and guide. So does ``step``, the training step (an int >= 0 or a 0-dim
-    tensor) that the terms' schedules read (:attr:`~ppl_vae.infer.terms.TermSites.step`); with
+    tensor) that the terms' schedules read (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`); with
     ``model_takes_step`` it goes to the model and guide as well.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
@@ -235,7 +235,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             method of.
         :param inputs: the keyword arguments the terms take (:meth:`~ppl_vae.infer.Term.inputs`).
         :param step: the training step the terms' schedules read
-            (:attr:`~ppl_vae.infer.TermSites.step`)."""
+            (the ``step`` of :class:`~ppl_vae.infer.TermSites`)."""
         module = module if module is not None else model_module(model)
 
         def model_with_terms(*args, **kwargs):

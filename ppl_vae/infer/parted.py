@@ -143,7 +143,8 @@ class ClassCapacity(ClassTerm):
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
         """Every u_i, whose KLs this term replaces.
 
-        :param module: the module whose ``model`` method is run (see :meth:`~ppl_vae.infer.ClassTerm.class_variables`)."""
+        :param module: the module whose ``model`` method is run (see
+            :meth:`~ppl_vae.infer.ClassTerm.class_variables`)."""
         return tuple(variable.site for variable in self.class_variables(module))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -3,9 +3,9 @@ r"""Schedules: quantities that change with the training step.
 A schedule is a callable ``step -> value``, and the training step reaches it as an argument:
 the training loop hands its step to the objective's call (``svi.step(x, step=t)``,
 :class:`~ppl_vae.infer.TrainingIteration` and the engine do it), the objective hands it to
-its terms (:attr:`~ppl_vae.infer.terms.TermSites.step`) and, for a model whose guide follows a
-schedule (PartedVAE's attention sharpness), to the model and guide. Nothing is kept between
-calls::
+its terms (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`) and, for a model whose
+guide follows a schedule (PartedVAE's attention sharpness), to the model and guide. Nothing
+is kept between calls::
 
     capacity = LinearCapacity(c_min=0.0, c_max=30.0, num_steps=300_000)
     capacity(0), capacity(150_000), capacity(10**6)   # 0.0, 15.0, 30.0

@@ -112,7 +112,7 @@ class TermSites:
     step: int | torch.Tensor | None = None
 
     def at_step(self, schedule: LinearSchedule, term: str) -> torch.Tensor | float:
-        """``schedule``'s value at :attr:`step`; a ``ValueError`` naming ``term`` when the
+        """``schedule``'s value at the training step (the ``step`` field); a ``ValueError`` naming ``term`` when the
         objective's call gave no step.
 
         :param schedule: the schedule over the training step (e.g. a term's capacity C(t)).
@@ -220,7 +220,7 @@ class Capacity(Term):
     :param site: the latent site (in model and guide).
     :param gamma: weight gamma.
     :param capacity: C(t), a schedule over the training step (the ``step`` of the
-        objective's call, :attr:`TermSites.step`).
+        objective's call, the ``step`` of :class:`TermSites`).
     :param name: the factor's name; default ``"capacity_<site>"``.
     """
 

@@ -1,6 +1,6 @@
 """Pictures of a :class:`~ppl_vae.models.contrastive.ContrastiveVAE`: the salient scatter,
 denoised targets ``f([E q(s|x), 0])`` and salient-only samples ``f([s, 0])``, the images
-rescaled for display (:func:`for_display`). ``plot_*`` draw into a notebook's figure,
+rescaled for display (:func:`~ppl_vae.viz.contrastive.for_display`). ``plot_*`` draw into a notebook's figure,
 :func:`save_contrastive_pictures` writes them all."""
 from __future__ import annotations
 
