@@ -69,22 +69,6 @@ nitpicky = True
 OUTSIDE_PACKAGES = ("torch", "nn", "pyro", "dist", "lightning", "L", "numpy", "np", "matplotlib", "arviz",
                     "collections", "typing", "pathlib", "os", "argparse", "types")
 OUTSIDE_NAMES = ("Tensor", "Path", "Figure", "Axes")  # type hints written with the bare name
-# References in docstrings that another change is rewriting (issue #28) to objects the reference
-# does not document; each goes when its docstring names a documented object (or plain text).
-nitpick_ignore = [
-    ("py:attr", "logged"),  # ppl_vae/infer/mean_field.py, parted.py, decomposition.py
-    ("py:attr", "optimizers"),  # ppl_vae/infer/iteration.py
-    ("py:func", "ppl_vae.infer.steps.training_loss"),  # ppl_vae/infer/iteration.py, replay.py
-    ("py:func", "check_observations_in_support"),  # ppl_vae/infer/observations.py
-    ("py:data", "TESTED_TORCH_VERSIONS"),  # ppl_vae/infer/replay.py
-    ("py:func", "_simplify"),  # ppl_vae/infer/replay.py
-    ("py:func", "python_binding"),  # ppl_vae/infer/replay.py
-    ("py:attr", "TermSites.inputs"),  # ppl_vae/infer/terms.py
-    ("py:func", "site_points"),  # ppl_vae/infer/terms.py
-    ("py:attr", "FitResult.global_rank"),  # ppl_vae/train/fit.py
-    ("py:func", "ppl_vae.train.checkpoint.tensor_digest"),  # ppl_vae/train/module.py
-    ("py:class", "ppl_vae.train.lr_schedules.PlateauSchedules"),  # ppl_vae/train/module.py
-]
 nitpick_ignore_regex = [
     (r"py:.*", rf"({'|'.join(OUTSIDE_PACKAGES)})\..+"),
     (r"py:.*", rf"{'|'.join(OUTSIDE_NAMES)}"),

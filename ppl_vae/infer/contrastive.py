@@ -37,7 +37,10 @@ def permute_shared(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     Under data parallelism pi permutes the global batch (one permutation for every process,
     :func:`~ppl_vae.infer.distributed.shared_permutation`) and each process returns its own
     rows n, whose partner z_pi(n) may live on another process (gathered): together the
-    processes build exactly the pairs one process with the global batch would."""
+    processes build exactly the pairs one process with the global batch would.
+
+    :param s: ``(B, D_s)`` samples of the salient latent s.
+    :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s."""
     every_z = all_gather(z)
     partners = local_rows(shared_permutation(every_z.shape[0], device=z.device), z.shape[0])
     return torch.cat([s, every_z[partners]], dim=-1)
@@ -48,7 +51,12 @@ def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tenso
     joint against permuted samples (Abid & Zou 2019, appendix C), from logits. Under data
     parallelism the mean runs over this process's rows of the global batch (pairs from
     :func:`permute_shared`); DDP's average of the processes' gradients is the gradient of the
-    global mean."""
+    global mean.
+
+    :param discriminator: D, mapping ``(B, D_s + D_z)`` inputs to ``(B,)`` logits.
+    :param s: ``(B, D_s)`` detached samples of the salient latent s.
+    :param z: ``(B, D_z)`` detached samples of the shared latent z, row n from the same point
+        as ``s``'s."""
     joint = discriminator(torch.cat([s, z], dim=-1))
     product = discriminator(permute_shared(s, z))
     return torch.nn.functional.softplus(-joint).mean() + torch.nn.functional.softplus(product).mean()
@@ -109,26 +117,35 @@ class TotalCorrelation(Term):
         self.guide_arguments = tuple(site_name("guide_arguments", name) for name in guide_arguments)
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N of the salient site."""
+        """N of the salient site.
+
+        :param sites: what the term reads for one particle."""
         return sites.num_points(self.salient_site)
 
     def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """``log D(v) / (1 - D(v))`` per point ``(B,)`` for ``s (B, D_s)``, ``z (B, D_z)``, with D's
-        parameters detached (gradients flow to s and z only)."""
+        parameters detached (gradients flow to s and z only).
+
+        :param s: ``(B, D_s)`` samples of the salient latent s.
+        :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s."""
         v = torch.cat([s, z], dim=-1)
         self.discriminator.build(v.shape[-1], v.device)
         detached = {name: p.detach() for name, p in self.discriminator.named_parameters()}
         return functional_call(self.discriminator, detached, (v,))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(mean_n logit D([s_n, z_n]), {})``."""
+        """``(mean_n logit D([s_n, z_n]), {})``.
+
+        :param sites: what the term reads for one particle."""
         s = sites.model_site(self.salient_site)["value"]
         z = sites.model_site(self.shared_site)["value"]
         return self.log_density_ratio(s, z).mean(), {}
 
     def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
         """``{"discriminator": {"salient_sample": s, "shared_sample": z}}``, the ELBO step's
-        samples, detached, for the discriminator step; none when the weight is 0 (no step)."""
+        samples, detached, for the discriminator step; none when the weight is 0 (no step).
+
+        :param sites: what the term read for the ELBO step's (last) particle."""
         if self.weight == 0:
             return {}
         s = sites.model_site(self.salient_site)["value"]
@@ -144,7 +161,10 @@ class TotalCorrelation(Term):
         ``[s, z]``: ``salient_sample`` and ``shared_sample`` when given (the samples the ELBO
         step drew on the same batch, :meth:`step_arguments`: no second pass through the
         encoders), else fresh ones from ``model.guide`` on the batch (a plain SVI loop); none
-        when the weight is 0."""
+        when the weight is 0.
+
+        :param model: the model being trained (its ``guide`` draws the fresh samples, its
+            ``model`` gives D's input size when ``input_dim`` was not given)."""
         if self.weight == 0:
             return []
         self.discriminator.build(self.discriminator_input_dim(model))
@@ -160,7 +180,10 @@ class TotalCorrelation(Term):
 
     def discriminator_input_dim(self, model: nn.Module) -> int:
         """D_s + D_z: ``input_dim`` when given, else the last dimensions of the two sites in one
-        prior draw of ``model.model(batch_size=1)``, drawn apart from the global random state."""
+        prior draw of ``model.model(batch_size=1)``, drawn apart from the global random state.
+
+        :param model: the model whose ``model`` method takes ``batch_size`` (read only when
+            ``input_dim`` was not given)."""
         if self.input_dim is not None:
             return self.input_dim
         try:
@@ -177,7 +200,11 @@ class TotalCorrelation(Term):
     @torch.no_grad()
     def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Detached ``s (B, D_s)``, ``z (B, D_z)`` sampled from the guide on the target batch
-        (the background is not encoded: the discriminator never sees it)."""
+        (the background is not encoded: the discriminator never sees it).
+
+        :param model: the model whose ``guide`` method is run.
+        :param batch: the batch's tensors by argument name; only those named in
+            ``guide_arguments`` (the target group) reach the guide."""
         target_only = {name: value for name, value in batch.items() if name in self.guide_arguments}
         with poutine.block():
             nodes = poutine.trace(model.guide).get_trace(**target_only).nodes
@@ -267,5 +294,8 @@ class ContrastiveELBO(MeanFieldELBO):
 
     def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """``logit D([s, z])`` per point ``(B,)``, D's parameters detached
-        (:meth:`TotalCorrelation.log_density_ratio`)."""
+        (:meth:`TotalCorrelation.log_density_ratio`).
+
+        :param s: ``(B, D_s)`` samples of the salient latent s.
+        :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s."""
         return self.total_correlation.log_density_ratio(s, z)

@@ -43,6 +43,8 @@ from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
 __all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
 
 
+#: The divergences :class:`AggregateDivergence` estimates (its ``divergence`` argument): the
+#: dimension-wise MMD (Eq. 10) and the inclusive KL(p(z) || q(z)).
 DIVERGENCES = ("mmd", "inclusive_kl")
 
 
@@ -108,7 +110,9 @@ class AggregateDivergence(Term):
         self.chunk_size = chunk_size
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N of the latent site."""
+        """N of the latent site.
+
+        :param sites: what the term reads for one particle."""
         return sites.num_points(self.site)
 
     def inputs(self) -> tuple[str, ...]:
@@ -118,7 +122,10 @@ class AggregateDivergence(Term):
         return (self.AGGREGATE_DATA,)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(D(q(z), p(z)), {})``, the MMD or the inclusive KL."""
+        """``(D(q(z), p(z)), {})``, the MMD or the inclusive KL.
+
+        :param sites: what the term reads for one particle (with ``aggregate_data`` among its
+            ``inputs`` when the objective's call gave it)."""
         aggregate_data = sites.inputs.get(self.AGGREGATE_DATA)
         if aggregate_data is not None and self.divergence != "inclusive_kl":
             raise ValueError(f"aggregate_data is used by the inclusive KL only, got divergence={self.divergence!r}")
@@ -156,6 +163,14 @@ def aggregate_encodings(
     are: uint8 divided by 255) and, when gradients are on,
     run under activation checkpointing (its activations recomputed, with the same random
     state, in backward).
+
+    :param guide: the guide callable, run on keyword arguments ``data``'s chunks; its site
+        ``site`` must be a diagonal Normal.
+    :param data: the guide's keyword arguments for the whole data set, tensors ``(N, ...)``
+        with the same number of rows (on the host or the device).
+    :param site: the name of the guide's latent site.
+    :param chunk_size: rows per guide call, >= 1.
+    :param device: the device each chunk is moved to (the training device).
 
     :raises ValueError: when ``data`` is not a non-empty mapping of tensors with the same
         number of rows.
@@ -195,8 +210,8 @@ class DecompositionELBO(MeanFieldELBO):
     :class:`~ppl_vae.models.vae.VAE`). See :class:`AggregateDivergence` for
     the MMD and the inclusive KL, their estimators, gradients and data parallelism.
 
-    Logged per data point (:attr:`logged`): ``reconstruction`` = ``-E_q log p(x|z)``, ``kl`` =
-    ``KL(q(z|x) || p(z))`` (analytic or Monte Carlo, as in the loss, without beta) and the
+    Logged per data point (:attr:`~ppl_vae.infer.MeanFieldELBO.logged`): ``reconstruction`` =
+    ``-E_q log p(x|z)``, ``kl`` = ``KL(q(z|x) || p(z))`` (analytic or Monte Carlo, as in the loss, without beta) and the
     divergence under ``factor_name``; the loss is ``N (reconstruction + beta kl + alpha D)``.
     With ``alpha = 0`` the divergence is still computed, without gradients, for the log, and no
     factor site is added: the objective is exactly the beta-VAE's.

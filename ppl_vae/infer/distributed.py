@@ -119,6 +119,8 @@ def all_gather(tensor: torch.Tensor) -> torch.Tensor:
     same shape (the engine's batches have the same size on every process).
 
     Outside :func:`global_batch`, or on one process, returns ``tensor`` itself.
+
+    :param tensor: this process's ``(B, ...)`` rows, the same shape on every process.
     """
     if not is_gathering():
         return tensor
@@ -127,7 +129,10 @@ def all_gather(tensor: torch.Tensor) -> torch.Tensor:
 
 def local_rows(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
     """This process's ``num_rows`` rows of a global ``(N num_rows, ...)`` tensor (the rows
-    :func:`all_gather` took from it); the tensor itself outside :func:`global_batch`."""
+    :func:`all_gather` took from it); the tensor itself outside :func:`global_batch`.
+
+    :param tensor: a global ``(N num_rows, ...)`` tensor, its rows in rank order.
+    :param num_rows: B, the rows each process contributed."""
     if not is_gathering():
         return tensor
     start = process_rank() * num_rows
@@ -137,7 +142,10 @@ def local_rows(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
 def shared_permutation(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """A random permutation of ``range(size)`` ``(size,)``, the same on every process: drawn
     by ``torch.randperm`` on rank 0 and broadcast (processes draw from different seeds).
-    Outside :func:`global_batch` it is ``torch.randperm(size, device=device)``."""
+    Outside :func:`global_batch` it is ``torch.randperm(size, device=device)``.
+
+    :param size: the number of items permuted (the global batch size).
+    :param device: the device the permutation is drawn on (``None``: the default device)."""
     permutation = torch.randperm(size, device=device)
     if is_gathering():
         dist.broadcast(permutation, src=0)

@@ -44,7 +44,11 @@ Batch = Mapping[str, "torch.Tensor | Mapping[str, torch.Tensor]"]
 
 def step_inputs(batch: Batch, data_group: str | None) -> dict[str, torch.Tensor]:
     """The keyword arguments of a step: the tensors of the group ``data_group``, or, for
-    ``None``, the top-level tensors of ``batch``."""
+    ``None``, the top-level tensors of ``batch``.
+
+    :param batch: a training batch (:data:`Batch`).
+    :param data_group: the name of a data group of ``batch`` (a ValueError if it has none),
+        or ``None``."""
     if data_group is None:
         return {name: value for name, value in batch.items() if isinstance(value, torch.Tensor)}
     if data_group not in batch or not isinstance(batch[data_group], Mapping):
@@ -54,7 +58,7 @@ def step_inputs(batch: Batch, data_group: str | None) -> dict[str, torch.Tensor]
 
 class TrainingIteration:
     """The auxiliary steps declared ``"before"``, the ELBO step, then those declared ``"after"``,
-    each with its own optimiser (module docstring).
+    each with its own optimiser (:mod:`ppl_vae.infer.iteration`).
 
     :param model: a model with ``model``/``guide`` methods (its ``parameters()`` are the ELBO
         step's).
@@ -64,17 +68,13 @@ class TrainingIteration:
     :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
     :param elbo_loss: the ELBO step as ``(step=t, **batch) -> TrainingLoss``; default
         ``objective.training_loss(model.model, model.guide, step=t, **batch)``
-        (:func:`~ppl_vae.infer.steps.training_loss`; a :class:`~ppl_vae.infer.ReplayedLoss`
+        (``ppl_vae.infer.steps.training_loss``; a :class:`~ppl_vae.infer.ReplayedLoss`
         fits here).
+    :param backward: ``loss -> None``, how a loss is backpropagated (default
+        ``loss.backward()``; the engine passes Lightning's ``manual_backward``).
     :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
         batch, e.g. ``{"aggregate_data": {"x": X}}``, the whole data set of an
         :class:`~ppl_vae.infer.decomposition.AggregateDivergence`.
-    :param backward: ``loss -> None``, how a loss is backpropagated (default
-        ``loss.backward()``; the engine passes Lightning's ``manual_backward``).
-
-    :attr:`optimizers` holds the ELBO step's optimiser, then one per auxiliary step (in
-    :attr:`steps`' order); anything with ``zero_grad(set_to_none=...)`` and ``step()`` may
-    replace them (the engine puts Lightning's wrappers of the same optimisers there).
     """
 
     def __init__(
@@ -94,7 +94,12 @@ class TrainingIteration:
         self.elbo_loss = elbo_loss or training_loss(objective, model.model, model.guide)
         self.elbo_arguments = dict(elbo_arguments or {})
         self.backward = backward or torch.Tensor.backward
+        #: The objective's auxiliary steps (:class:`~ppl_vae.infer.steps.AuxiliaryStep`), in the
+        #: order they are declared.
         self.steps: list[AuxiliaryStep] = auxiliary_steps(objective, model)
+        #: The ELBO step's optimiser, then one per auxiliary step (in :attr:`steps`' order);
+        #: anything with ``zero_grad(set_to_none=...)`` and ``step()`` may replace them (the
+        #: engine puts Lightning's wrappers of the same optimisers there).
         self.optimizers: list[Any] = [
             make([p for p in model.parameters() if p.requires_grad], float(lr)),
             *(make([p for p in step.parameters if p.requires_grad], float(step.lr or lr)) for step in self.steps),
@@ -106,11 +111,16 @@ class TrainingIteration:
         return frozenset(step.data_group for step in self.steps if step.data_group is not None)
 
     def elbo_groups(self, groups: Iterable[str]) -> list[str]:
-        """Of the data groups ``groups``, those the ELBO step reads (no auxiliary step claims them), in order."""
+        """Of the data groups ``groups``, those the ELBO step reads (no auxiliary step claims them), in order.
+
+        :param groups: names of data groups of a batch."""
         return [group for group in groups if group not in self.claimed_groups]
 
     def take_step(self, optimizer: Any, loss: torch.Tensor) -> None:
-        """Clear the gradients of ``optimizer``'s parameters, backpropagate ``loss``, step."""
+        """Clear the gradients of ``optimizer``'s parameters, backpropagate ``loss``, step.
+
+        :param optimizer: one of :attr:`optimizers`.
+        :param loss: the scalar loss of that optimiser's step."""
         optimizer.zero_grad(set_to_none=True)
         self.backward(loss)
         optimizer.step()

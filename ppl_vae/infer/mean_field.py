@@ -62,7 +62,10 @@ def scored_site(trace: Trace, name: str) -> dict[str, Any]:
     """The site ``name`` of ``trace`` with its ``log_prob``, ``unscaled_log_prob`` (batch shape)
     and ``log_prob_sum`` (scalar), computed by Pyro's ``Trace.compute_log_prob`` and kept in
     the site for later calls; a value kept under ``torch.no_grad()`` is computed again when
-    gradients are enabled, so a detached score never reaches a loss."""
+    gradients are enabled, so a detached score never reaches a loss.
+
+    :param trace: a model or guide trace (its sites' ``log_prob`` are added to it).
+    :param name: the name of a sample site of ``trace``."""
     site = trace.nodes[name]
     if torch.is_grad_enabled() and site.get("_scored_without_grad"):
         for key in ("log_prob", "unscaled_log_prob", "log_prob_sum"):
@@ -118,7 +121,7 @@ def model_module(model: Callable) -> nn.Module | None:
 
 class MeanFieldELBO(TraceMeanField_ELBO):
     """The mean-field ELBO with a weight ``beta`` on its KL terms and extra ``terms``, each a
-    ``pyro.factor`` site (module docstring); :meth:`loss` is the same objective as a float.
+    ``pyro.factor`` site (:mod:`ppl_vae.infer.mean_field`); :meth:`loss` is the same objective as a float.
 
     With ``beta=1`` and no terms it is :class:`~pyro.infer.TraceMeanField_ELBO`'s objective.
 
@@ -134,7 +137,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
     ``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms,
     not to the model and guide. So does ``step``, the training step (an int >= 0 or a 0-dim
-    tensor) that the terms' schedules read (:attr:`~ppl_vae.infer.terms.TermSites.step`); with
+    tensor) that the terms' schedules read (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`); with
     ``model_takes_step`` it goes to the model and guide as well.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
@@ -172,6 +175,10 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         self._term_inputs = frozenset(name for term in self.terms for name in term.inputs())
         self._keep_graph = False
         self._step_arguments: dict[str, dict[str, torch.Tensor]] = {}
+        #: The per-point values of the last particle of the last call of Pyro's interface
+        #: (:meth:`differentiable_loss`, :meth:`loss`, :meth:`traces`, ``loss_and_grads``), by
+        #: name: ``reconstruction``, ``kl`` and each term with its parts (class docstring);
+        #: detached scalar tensors.
         self.logged: dict[str, torch.Tensor] = {}
 
     def _logged_value(self, value: torch.Tensor | float) -> torch.Tensor | float:
@@ -181,7 +188,16 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
         """What :attr:`logged` holds after one particle (reconstruction, kl, every term and its
         parts, per point and unweighted), with gradients: for inspecting which parameters each
-        term reaches."""
+        term reaches.
+
+        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
+            lets the terms read its networks).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
+            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
+            step the terms' schedules read, reaches the model and guide only with
+            ``model_takes_step``."""
         self._keep_graph = True
         try:
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
@@ -192,7 +208,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             self._step_arguments = {}
 
     def term(self, name: str) -> Term:
-        """The term named ``name``."""
+        """The term named ``name``; a ``KeyError`` if there is none.
+
+        :param name: the term's name (its ``pyro.factor`` site)."""
         for term in self.terms:
             if term.name == name:
                 return term
@@ -215,8 +233,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param guide_trace: the guide's trace of the same particle.
         :param module: the module the terms read networks from; default: the one ``model`` is a
             method of.
-        :param inputs: the keyword arguments the terms take (:meth:`Term.inputs`).
-        :param step: the training step the terms' schedules read (:attr:`TermSites.step`)."""
+        :param inputs: the keyword arguments the terms take (:meth:`~ppl_vae.infer.Term.inputs`).
+        :param step: the training step the terms' schedules read
+            (the ``step`` of :class:`~ppl_vae.infer.TermSites`)."""
         module = module if module is not None else model_module(model)
 
         def model_with_terms(*args, **kwargs):
@@ -237,13 +256,24 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         return model_with_terms
 
     def replaced_sites(self, model: Callable) -> tuple[str, ...]:
-        """The sites the terms replace, for ``model``."""
+        """The sites the terms replace, for ``model``.
+
+        :param model: the model callable (the terms read the module it is a method of)."""
         module = model_module(model)
         return tuple(dict.fromkeys(name for term in self.terms for name in term.replaced_sites(module)))
 
     def traces(self, model: Callable, guide: Callable, *args, **kwargs) -> tuple[Trace, Trace]:
         """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
-        every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``."""
+        every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``.
+
+        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
+            lets the terms read its networks).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
+            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
+            step the terms' schedules read, reaches the model and guide only with
+            ``model_takes_step``."""
         return self._get_trace(model, guide, args, kwargs)
 
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
@@ -323,7 +353,16 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
         """``mean over particles of -ELBO``, differentiable (analytic KLs where Pyro has them),
         with the last particle's logged values and the arguments of the terms' auxiliary steps
-        (class docstring). Leaves :attr:`logged` as it was."""
+        (class docstring). Leaves :attr:`logged` as it was.
+
+        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
+            lets the terms read its networks).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
+            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
+            step the terms' schedules read, reaches the model and guide only with
+            ``model_takes_step``."""
         kept = self.logged
         try:
             loss = self._particles_loss(model, guide, args, kwargs)
@@ -333,7 +372,16 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
         """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last
-        particle's per-point values."""
+        particle's per-point values.
+
+        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
+            lets the terms read its networks).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
+            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
+            step the terms' schedules read, reaches the model and guide only with
+            ``model_takes_step``."""
         try:
             return self._particles_loss(model, guide, args, kwargs)
         finally:
@@ -342,11 +390,22 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
         """The same objective as :meth:`differentiable_loss`, as a float (what
-        ``SVI.evaluate_loss`` reports)."""
+        ``SVI.evaluate_loss`` reports).
+
+        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
+            lets the terms read its networks).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
+            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
+            step the terms' schedules read, reaches the model and guide only with
+            ``model_takes_step``."""
         return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
-        """The optimisation steps the terms need besides the ELBO step (e.g. a TC discriminator's)."""
+        """The optimisation steps the terms need besides the ELBO step (e.g. a TC discriminator's).
+
+        :param model: the model being trained (an ``nn.Module``)."""
         return [step for term in self.terms for step in term.auxiliary_steps(model)]
 
     def auxiliary_modules(self) -> dict[str, nn.Module]:

@@ -4,7 +4,7 @@ site's distribution.
 A Bernoulli likelihood scores grey levels in (0, 1) with the binary cross-entropy without
 complaint when Pyro's validation is off (as it is in training), but its replicates are binary,
 so a posterior predictive check then compares binary replicates with grey data and flags every
-fit. :func:`check_observations_in_support` refuses such data before training or checking.
+fit. ``check_observations_in_support(trace, sites)`` refuses such data before training or checking.
 """
 from __future__ import annotations
 

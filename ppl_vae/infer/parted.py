@@ -70,7 +70,10 @@ class ClassTerm(Term):
         self.variables = variables
 
     def class_variables(self, module: nn.Module | None) -> tuple[ClassVariable, ...]:
-        """The variables given, or those ``module.class_variables()`` declares."""
+        """The variables given, or those ``module.class_variables()`` declares.
+
+        :param module: the module whose ``model`` method is run (``None`` for a plain model
+            function: then the variables must have been given)."""
         if self.variables is not None:
             return self.variables
         declare = getattr(module, "class_variables", None)
@@ -82,12 +85,17 @@ class ClassTerm(Term):
         return tuple(declare())
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N of the first variable's u site."""
+        """N of the first variable's u site.
+
+        :param sites: what the term reads for one particle."""
         return sites.num_points(self.class_variables(sites.module)[0].site)
 
     @staticmethod
     def class_priors(variable: ClassVariable, module: nn.Module | None) -> dist.Normal:
-        """The ``(L,)`` class priors of ``variable`` as one batched Normal (event dimension last)."""
+        """The ``(L,)`` class priors of ``variable`` as one batched Normal (event dimension last).
+
+        :param variable: the class variable whose ``priors`` submodule is read.
+        :param module: the module that holds that submodule (the model's)."""
         if module is None:
             raise ValueError(f"class priors {variable.priors!r} are read from the model's module; the model is not a module method")
         loc, scale = diagonal_normal_parameters(module.get_submodule(variable.priors)(), variable.priors)
@@ -96,7 +104,10 @@ class ClassTerm(Term):
     @staticmethod
     def class_probabilities(variable: ClassVariable, sites: TermSites) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(q, log_q)`` of q(c | x), ``(B, L)``: from the guide's logits; the one-hot labels and
-        ``None`` when c is observed in the model and absent from the guide."""
+        ``None`` when c is observed in the model and absent from the guide.
+
+        :param variable: the class variable (its ``class_site`` is read).
+        :param sites: what the term reads for one particle."""
         if variable.class_site in sites.guide_trace.nodes:
             log_q = sites.guide_site(variable.class_site)["fn"].logits.log_softmax(-1)
             return log_q.exp(), log_q
@@ -130,11 +141,16 @@ class ClassCapacity(ClassTerm):
         self.capacity = capacity
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
-        """Every u_i, whose KLs this term replaces."""
+        """Every u_i, whose KLs this term replaces.
+
+        :param module: the module whose ``model`` method is run (see
+            :meth:`~ppl_vae.infer.ClassTerm.class_variables`)."""
         return tuple(variable.site for variable in self.class_variables(module))
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(|KL_u - C(t)|, {"kl": KL_u, "target": C(t)})``."""
+        """``(|KL_u - C(t)|, {"kl": KL_u, "target": C(t)})``.
+
+        :param sites: what the term reads for one particle."""
         kl = 0.0
         for variable in self.class_variables(sites.module):
             q, _ = self.class_probabilities(variable, sites)
@@ -171,7 +187,9 @@ class ClassEntropy(_ReplacesClassKL):
         super().__init__(name, gamma, variables)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(sum_i mean_n H(q(c_i|x_n)), {})``."""
+        """``(sum_i mean_n H(q(c_i|x_n)), {})``.
+
+        :param sites: what the term reads for one particle."""
         variables = self.class_variables(sites.module)
         entropy = sites.model_site(variables[0].site)["value"].new_zeros(())
         for variable in variables:
@@ -195,7 +213,9 @@ class AggregateClassKL(_ReplacesClassKL):
         super().__init__(name, gamma, variables)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(sum_i KL(qhat(c_i) || p(c_i)), {})``."""
+        """``(sum_i KL(qhat(c_i) || p(c_i)), {})``.
+
+        :param sites: what the term reads for one particle."""
         variables = self.class_variables(sites.module)
         total = sites.model_site(variables[0].site)["value"].new_zeros(())
         for variable in variables:
@@ -209,7 +229,10 @@ class AggregateClassKL(_ReplacesClassKL):
     @staticmethod
     def aggregate_kl(log_q: torch.Tensor, log_p: torch.Tensor) -> torch.Tensor:
         r"""KL(qhat || pbar) with ``log qhat = logsumexp_n log q(c|x_n) - log B`` from ``(B, L)``
-        log-probabilities (p averaged the same way; it is the same for every point)."""
+        log-probabilities (p averaged the same way; it is the same for every point).
+
+        :param log_q: ``(B, L)`` log q(c|x_n) of the (global) batch.
+        :param log_p: ``(B, L)`` log p(c) of the model's categorical, one row per point."""
         log_batch = math.log(log_q.shape[0])
         log_q_hat = torch.logsumexp(log_q, dim=0) - log_batch
         log_p_bar = torch.logsumexp(log_p, dim=0) - log_batch
@@ -235,7 +258,9 @@ class BhattacharyyaPenalty(ClassTerm):
         self.delta = float(delta)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(sum_i sum_{j<k} max(BC_jk - delta, 0), {})`` over the class priors."""
+        """``(sum_i sum_{j<k} max(BC_jk - delta, 0), {})`` over the class priors.
+
+        :param sites: what the term reads for one particle."""
         total = 0.0
         for variable in self.class_variables(sites.module):
             priors = self.class_priors(variable, sites.module)
@@ -263,7 +288,7 @@ def classification_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> t
 
 
 class PartedELBO(MeanFieldELBO):
-    r"""PartedVAE's objective (module docstring; paper Eq. 6): the reconstruction plus five
+    r"""PartedVAE's objective (:mod:`ppl_vae.infer.parted`; paper Eq. 6): the reconstruction plus five
     terms, each a ``pyro.factor`` site named as logged:
 
     ==================  ======================================================  ============
@@ -288,7 +313,7 @@ class PartedELBO(MeanFieldELBO):
     scales it, plus ``N * (authors' batch-averaged penalties)``, N the number of points the
     minibatch stands for (B, or the model's ``data_size``). The weights therefore mean what
     they mean in the authors' code, and since Adam is invariant to a constant factor their
-    learning rates carry over. :attr:`logged` reports every term per point (the authors'
+    learning rates carry over. :attr:`~ppl_vae.infer.MeanFieldELBO.logged` reports every term per point (the authors'
     scale), unweighted, with each capacity's KL and C(t) as ``capacity_z/kl``,
     ``capacity_z/target`` (and the same for u).
 
@@ -354,7 +379,9 @@ class PartedELBO(MeanFieldELBO):
         """The cross-entropy step on the labelled group, before each ELBO step, updating only
         ``model.classifier_parameters()`` (none when ``labelled_group`` is ``None``), then the
         extra terms' steps; the engine checks the whole labelled set's labels once before
-        training."""
+        training.
+
+        :param model: the :class:`~ppl_vae.models.PartedVAE` being trained."""
         steps = super().auxiliary_steps(model)
         if self.labelled_group is None:
             return steps

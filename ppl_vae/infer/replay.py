@@ -7,12 +7,12 @@ contrastive VAE's MLP at batch 128: about a fifth, docs/performance.md). When th
 computation on a batch is the same sequence of tensor operations on every step ("static
 structure", the assumption of Pyro's ``JitTrace_ELBO``), that sequence can be recorded once
 and replayed: :class:`ReplayedLoss` records the objective's ELBO step
-(``objective.training_loss(model, guide, **batch)``, :func:`~ppl_vae.infer.steps.training_loss`) with :func:`torch.fx.experimental.proxy_tensor.make_fx` (pre-dispatch ATen ops,
+(``objective.training_loss(model, guide, **batch)``, ``ppl_vae.infer.steps.training_loss``) with :func:`torch.fx.experimental.proxy_tensor.make_fx` (pre-dispatch ATen ops,
 grad-mode switches included) into a graph whose inputs are the parameters and buffers of the
 modules involved and the batch tensors, and calls that graph on every later step with the
 same batch shapes. The recording is simplified (operations that compute nothing are dropped,
-:func:`_simplify`) and its operators are called through torch's generated bindings
-(:func:`python_binding`). The value and the gradient are those of the eager loss:
+``_simplify``) and its operators are called through torch's generated bindings
+(``python_binding``). The value and the gradient are those of the eager loss:
 
 - random draws (``rsample``, the contrastive VAE's permutation, prior draws of the MMD) are
   operations of the graph, drawn afresh from torch's generator on each call, in the order the
@@ -85,7 +85,11 @@ _IDENTITY_ARITHMETIC = {
 
 def replay_obstacle(objective: Any, modules: Sequence[nn.Module]) -> str | None:
     """Why ``objective`` with ``modules`` cannot be recorded once and replayed, or ``None``:
-    a component that holds a training-step schedule."""
+    a component that holds a training-step schedule.
+
+    :param objective: the ELBO whose step would be recorded.
+    :param modules: the modules whose parameters and buffers the loss reads (as given to
+        :class:`ReplayedLoss`)."""
     for component in (objective, *modules):
         if holds_schedule(component):
             return (
@@ -275,8 +279,9 @@ def _submodules(module: nn.Module) -> list[nn.Module]:
 
 
 class ReplayedLoss:
-    """The ELBO step of ``objective`` (:func:`~ppl_vae.infer.steps.training_loss`), recorded on
-    the first call for each batch signature and replayed on later calls (module docstring).
+    """The ELBO step of ``objective`` (``ppl_vae.infer.steps.training_loss``), recorded on
+    the first call for each batch signature and replayed on later calls
+    (:mod:`ppl_vae.infer.replay`).
     Each call returns a :class:`~ppl_vae.infer.steps.TrainingLoss`, as the eager step does.
 
     :param objective: an ELBO with ``training_loss`` (:class:`~ppl_vae.infer.MeanFieldELBO`
@@ -289,7 +294,7 @@ class ReplayedLoss:
     :param max_recordings: batch signatures kept (least recently used dropped first).
     :raises ValueError: when :func:`replay_obstacle` names a reason.
 
-    On a torch release outside :data:`TESTED_TORCH_VERSIONS` it warns once and computes the
+    On a torch release outside ``ppl_vae.infer.replay.TESTED_TORCH_VERSIONS`` it warns once and computes the
     eager loss (``eager`` is then ``True``): the recording relies on ``make_fx``'s
     pre-dispatch tracing, which torch documents as experimental.
 

@@ -3,9 +3,9 @@ r"""Schedules: quantities that change with the training step.
 A schedule is a callable ``step -> value``, and the training step reaches it as an argument:
 the training loop hands its step to the objective's call (``svi.step(x, step=t)``,
 :class:`~ppl_vae.infer.TrainingIteration` and the engine do it), the objective hands it to
-its terms (:attr:`~ppl_vae.infer.terms.TermSites.step`) and, for a model whose guide follows a
-schedule (PartedVAE's attention sharpness), to the model and guide. Nothing is kept between
-calls::
+its terms (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`) and, for a model whose
+guide follows a schedule (PartedVAE's attention sharpness), to the model and guide. Nothing
+is kept between calls::
 
     capacity = LinearCapacity(c_min=0.0, c_max=30.0, num_steps=300_000)
     capacity(0), capacity(150_000), capacity(10**6)   # 0.0, 15.0, 30.0
@@ -54,7 +54,10 @@ def _check_step(step: int | torch.Tensor) -> int | torch.Tensor:
 def holds_schedule(*components: object) -> bool:
     """Whether any of ``components`` (an object, a module with its submodules, or a sequence of
     them) keeps a :class:`LinearSchedule` among its attributes, i.e. computes something that
-    changes with the training step."""
+    changes with the training step.
+
+    :param components: the objects searched (e.g. an objective and a model), through their
+        attributes, submodules and the items of lists and tuples."""
     pending, seen = list(components), set()
     while pending:
         item = pending.pop()
@@ -91,6 +94,10 @@ class LinearSchedule:
         """The schedule that moves from ``start`` by ``rate`` per step until it reaches ``end``.
 
         PartedVAE's attention sharpness: ``LinearSchedule.from_rate(1.0, 2e-4, 8.0)``.
+
+        :param start: value at step 0.
+        :param rate: change per step, non-zero, with the sign of ``end - start``.
+        :param end: the value it stays at from step ``(end - start) / rate`` on.
         """
         start, rate, end = _finite(start, "start"), _finite(rate, "rate"), _finite(end, "end")
         if rate == 0 or (end - start) / rate <= 0:

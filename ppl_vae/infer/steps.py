@@ -58,13 +58,19 @@ class AuxiliaryStep:
 
 
 def auxiliary_steps(objective: object, model: nn.Module) -> list[AuxiliaryStep]:
-    """The auxiliary steps ``objective`` declares for ``model`` (none for a plain Pyro ELBO)."""
+    """The auxiliary steps ``objective`` declares for ``model`` (none for a plain Pyro ELBO).
+
+    :param objective: the ELBO; its ``auxiliary_steps(model)`` is read when it has one.
+    :param model: the model being trained (an ``nn.Module`` with ``model``/``guide`` methods)."""
     declare = getattr(objective, "auxiliary_steps", None)
     return list(declare(model)) if declare is not None else []
 
 
 def auxiliary_modules(objective: object) -> dict[str, nn.Module]:
-    """Networks an objective owns outside the model (e.g. a TC discriminator), by name."""
+    """Networks an objective owns outside the model (e.g. a TC discriminator), by name.
+
+    :param objective: the ELBO; its ``auxiliary_modules()`` is read when it has one (none for
+        a plain Pyro ELBO)."""
     declare = getattr(objective, "auxiliary_modules", None)
     return dict(declare()) if declare is not None else {}
 

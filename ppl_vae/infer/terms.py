@@ -112,8 +112,11 @@ class TermSites:
     step: int | torch.Tensor | None = None
 
     def at_step(self, schedule: LinearSchedule, term: str) -> torch.Tensor | float:
-        """``schedule``'s value at :attr:`step`; a ``ValueError`` naming ``term`` when the
-        objective's call gave no step."""
+        """``schedule``'s value at the training step (the ``step`` field); a ``ValueError`` naming ``term`` when the
+        objective's call gave no step.
+
+        :param schedule: the schedule over the training step (e.g. a term's capacity C(t)).
+        :param term: the name of the term that reads it, for the error."""
         if self.step is None:
             raise ValueError(
                 f"term {term!r} follows a schedule over the training step: pass the step to the objective's "
@@ -122,24 +125,31 @@ class TermSites:
         return schedule(self.step)
 
     def model_site(self, name: str) -> dict:
-        """The model's sample site ``name``; a ``ValueError`` naming it if the model has none."""
+        """The model's sample site ``name``; a ``ValueError`` naming it if the model has none.
+
+        :param name: the site's name."""
         if name not in self.model_sites:
             raise ValueError(f"the model has no sample site {name!r}; its sites are {sorted(self.model_sites)}")
         return self.model_sites[name]
 
     def guide_site(self, name: str) -> dict:
-        """The guide's sample site ``name``; a ``ValueError`` naming it if the guide has none."""
+        """The guide's sample site ``name``; a ``ValueError`` naming it if the guide has none.
+
+        :param name: the site's name."""
         if name not in self.guide_trace.nodes or self.guide_trace.nodes[name]["type"] != "sample":
             raise ValueError(f"the guide has no sample site {name!r}")
         return self.guide_trace.nodes[name]
 
     def num_points(self, name: str) -> torch.Tensor | float:
-        """N for the model site ``name`` (:func:`site_points`)."""
+        """N for the model site ``name``: its batch size times its scale (the data plate's
+        ``N / B``), i.e. B, or the data-set size when the model scales its plate.
+
+        :param name: the model's sample site."""
         return site_points(self.model_site(name))
 
 
 class Term:
-    """A named, weighted extra term of an objective (module docstring).
+    """A named, weighted extra term of an objective (:mod:`ppl_vae.infer.terms`).
 
     Subclasses implement :meth:`evaluate` and :meth:`num_points`, and :meth:`replaced_sites`
     when they replace ELBO terms.
@@ -155,19 +165,28 @@ class Term:
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(v, parts)``: the per-point value (a scalar tensor) and named parts to log beside it
-        (as ``<name>/<part>``)."""
+        (as ``<name>/<part>``).
+
+        :param sites: what the term reads for one particle."""
         raise NotImplementedError
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N, the points the minibatch stands for."""
+        """N, the points the minibatch stands for.
+
+        :param sites: what the term reads for one particle."""
         raise NotImplementedError
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
-        """The sites whose ELBO terms this term replaces, for a model method of ``module``."""
+        """The sites whose ELBO terms this term replaces, for a model method of ``module``.
+
+        :param module: the ``nn.Module`` whose ``model`` method is run, or ``None`` for a plain
+            model function."""
         return ()
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
-        """Optimisation steps this term needs besides the ELBO's (none by default)."""
+        """Optimisation steps this term needs besides the ELBO's (none by default).
+
+        :param model: the model being trained (whose networks a step may read)."""
         return []
 
     def auxiliary_modules(self) -> dict[str, nn.Module]:
@@ -176,12 +195,14 @@ class Term:
 
     def inputs(self) -> tuple[str, ...]:
         """Names of keyword arguments of the objective's call that this term takes instead of
-        the model and guide (read from :attr:`TermSites.inputs`; none by default)."""
+        the model and guide (read from the ``inputs`` of :class:`TermSites`; none by default)."""
         return ()
 
     def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
         """Keyword arguments for this term's auxiliary steps taken after the ELBO step, by step
-        name, read from the ELBO step's particle (none by default)."""
+        name, read from the ELBO step's particle (none by default).
+
+        :param sites: what the term read for the ELBO step's (last) particle."""
         return {}
 
     def __repr__(self) -> str:
@@ -199,7 +220,7 @@ class Capacity(Term):
     :param site: the latent site (in model and guide).
     :param gamma: weight gamma.
     :param capacity: C(t), a schedule over the training step (the ``step`` of the
-        objective's call, :attr:`TermSites.step`).
+        objective's call, the ``step`` of :class:`TermSites`).
     :param name: the factor's name; default ``"capacity_<site>"``.
     """
 
@@ -211,15 +232,21 @@ class Capacity(Term):
         self.capacity = capacity
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean."""
+        """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean.
+
+        :param sites: what the term reads for one particle."""
         kl = all_gather(_kl(sites.guide_site(self.site), sites.model_site(self.site))).mean()
         target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N of the latent site."""
+        """N of the latent site.
+
+        :param sites: what the term reads for one particle."""
         return sites.num_points(self.site)
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
-        """The latent site, whose KL this term replaces."""
+        """The latent site, whose KL this term replaces.
+
+        :param module: the module whose ``model`` method is run (not read)."""
         return (self.site,)

@@ -68,7 +68,7 @@ def _u_sizes(num_classes: int | Sequence[int], u_dims: int | Sequence[int]) -> t
 
 
 class PartedVAE(PyroModule):
-    r"""PartedVAE as a Pyro model/guide pair (see the module docstring for the story).
+    r"""PartedVAE as a Pyro model/guide pair (see :mod:`ppl_vae.models.parted` for the story).
 
     Sites: ``"z"``; ``"c{i}"`` and ``"u{i}"`` for each categorical variable i; ``"x"``.
     The model writes p(u_i | c_i) as ``class_priors[i](c_i)``, the Gaussian of the class that
@@ -170,6 +170,12 @@ class PartedVAE(PyroModule):
         ``hidden`` features and the mirrored :class:`~ppl_vae.nn.ConvDecoder` from ``[z, u]``.
         Defaults are the authors' dSprites sizes (z 5, c [3], u 1).
 
+        :param image_size: side of the square images, in pixels (64 for dSprites).
+        :param z_dim: dimension of z.
+        :param num_classes: L_i for each categorical variable (an int for one variable).
+        :param u_dims: dimension of each u_i (an int is used for every variable).
+        :param channels: number of image channels.
+        :param hidden: width of the encoder's features h (and of the decoder's first layer).
         :param channels_last: the networks' memory format (see :mod:`ppl_vae.nn.conv`).
         :param top_activation: the encoder's activation after its last convolution and its
             linear layer; the authors': ``"leaky_relu"`` with ``negative_slope=0.1``.
@@ -199,6 +205,10 @@ class PartedVAE(PyroModule):
         the authors' MNIST networks (784-512-256, z 6, c [10], u 10).
 
         :param event_shape: shape of one observation, e.g. ``(1, 28, 28)``.
+        :param z_dim: dimension of z.
+        :param num_classes: L_i for each categorical variable (an int for one variable).
+        :param u_dims: dimension of each u_i (an int is used for every variable).
+        :param hidden: widths of the encoder's hidden layers (the decoder's in reverse order).
         :param kwargs: passed to the constructor.
         """
         event_shape = tuple(int(d) for d in event_shape)
@@ -238,7 +248,9 @@ class PartedVAE(PyroModule):
         return self.z_dim + sum(self.u_dims)
 
     def class_prior_probs(self, i: int) -> torch.Tensor:
-        """p(c_i): ``(L_i,)``."""
+        """p(c_i): ``(L_i,)``.
+
+        :param i: the index of the categorical variable, in [0, V)."""
         return getattr(self, f"class_probs_{i}")
 
     def class_variables(self) -> tuple[ClassVariable, ...]:
@@ -249,7 +261,9 @@ class PartedVAE(PyroModule):
 
     def sharpness_at(self, step: int | torch.Tensor | None) -> float | torch.Tensor:
         """k at training step ``step`` (an int >= 0 or a 0-dim tensor); the schedule's end
-        value for ``None`` (a trained model)."""
+        value for ``None`` (a trained model).
+
+        :param step: the training step, or ``None``."""
         return self.sharpness.end if step is None else self.sharpness(step)
 
     def check_labels(self, y: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -260,6 +274,8 @@ class PartedVAE(PyroModule):
         step, so training there relies on the engine's one check of the whole labelled set
         before training (:meth:`~ppl_vae.infer.PartedELBO.auxiliary_steps`).
 
+        :param y: integer class indices, ``(B,)`` (one variable) or ``(B, V)``.
+        :param batch_size: B, the batch size ``y`` must match.
         :raises ValueError: on a wrong shape, a non-integer dtype or a value outside [0, L_i).
         """
         if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
@@ -307,7 +323,13 @@ class PartedVAE(PyroModule):
 
         ``Predictive(parted.model, guide=parted.guide, ...)(x, y)["x"]`` returns x itself (Pyro
         returns observed values), and ``parallel=True`` is refused: the networks take one batch
-        of points at a time."""
+        of points at a time.
+
+        :param x: ``(B, *event)`` observations, or ``None`` for draws from the model.
+        :param y: ``(B,)`` or ``(B, V)`` int class labels, which observe c; ``None`` leaves c
+            latent.
+        :param batch_size: B when ``x`` is ``None``; when both are given they must agree.
+        :param step: the training step (not read by the model)."""
         batch = batch_size_of(x, batch_size)
         labels = None if y is None else self.check_labels(y, batch)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
@@ -331,7 +353,13 @@ class PartedVAE(PyroModule):
     def guide(self, x: torch.Tensor, y: torch.Tensor | None = None, step: int | torch.Tensor | None = None) -> torch.Tensor:
         """q(z, c, u | x) for ``x (B, *event)``; with labels ``y`` c is not sampled; the
         attention sharpness is k(``step``) (:meth:`sharpness_at`; the end value without a step).
-        Returns the sampled ``[z, u] (B, latent_dim)``."""
+        Returns the sampled ``[z, u] (B, latent_dim)``.
+
+        :param x: ``(B, *event)`` observations.
+        :param y: ``(B,)`` or ``(B, V)`` int class labels, or ``None`` (c is then sampled from
+            its relaxed q(c | x)).
+        :param step: the training step (an int >= 0 or a 0-dim tensor) that sets the attention
+            sharpness; ``None`` for the schedule's end value."""
         batch = x.shape[0]
         labels = None if y is None else self.check_labels(y, batch)
         h = self.encoder(x)
@@ -352,12 +380,16 @@ class PartedVAE(PyroModule):
         return torch.cat(latents, dim=-1)
 
     def class_logits(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Logits of q(c_i | x) for each variable: ``[(B, L_i)]``; the encoder's c-path."""
+        """Logits of q(c_i | x) for each variable: ``[(B, L_i)]``; the encoder's c-path.
+
+        :param x: ``(B, *event)`` observations."""
         h = self.encoder(x)
         return [full_precision(head(h)) for head in self.class_heads]
 
     def classify(self, x: torch.Tensor) -> list[torch.Tensor]:
-        """Probabilities q(c_i | x) for each variable: ``[(B, L_i)]``."""
+        """Probabilities q(c_i | x) for each variable: ``[(B, L_i)]``.
+
+        :param x: ``(B, *event)`` observations."""
         return [logits.softmax(-1) for logits in self.class_logits(x)]
 
     def classifier_parameters(self) -> Iterator[nn.Parameter]:
@@ -369,7 +401,9 @@ class PartedVAE(PyroModule):
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The representation ``[z, u_1, ..., u_V] (B, latent_dim)``: means of q(z | x) and of
         q(u_i | c_i, x) at the most probable class c_i and the final sharpness (the authors'
-        evaluation; the Factor score uses it)."""
+        evaluation; the Factor score uses it).
+
+        :param x: ``(B, *event)`` observations."""
         h = self.encoder(x)
         means = [self.z_head(h)[0]]
         for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):
@@ -378,7 +412,9 @@ class PartedVAE(PyroModule):
         return torch.cat(means, dim=-1)
 
     def split_latent(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[z, u] (B, latent_dim) -> (z (B, z_dim), u (B, sum(u_dims)))``."""
+        """``[z, u] (B, latent_dim) -> (z (B, z_dim), u (B, sum(u_dims)))``.
+
+        :param latent: ``(B, latent_dim)`` representations, as :meth:`encode` returns them."""
         if latent.shape[-1] != self.latent_dim:
             raise ValueError(f"latent must have {self.latent_dim} columns, got {tuple(latent.shape)}")
         return latent[..., : self.z_dim], latent[..., self.z_dim :]
@@ -386,7 +422,10 @@ class PartedVAE(PyroModule):
     def decode(self, z: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """The likelihood's mean ``(B, *event)`` for ``z (B, z_dim)`` and ``u (B, sum(u_dims))``
         (``u = [u_1, ..., u_V]``). For a traversal of ``[z, u]`` use
-        ``lambda latent: model.decode(*model.split_latent(latent))``."""
+        ``lambda latent: model.decode(*model.split_latent(latent))``.
+
+        :param z: ``(B, z_dim)`` values of z.
+        :param u: ``(B, sum(u_dims))`` values of ``[u_1, ..., u_V]``."""
         if z.shape[-1] != self.z_dim or u.shape[-1] != sum(self.u_dims):
             raise ValueError(
                 f"z and u must have {self.z_dim} and {sum(self.u_dims)} columns, "
@@ -395,15 +434,19 @@ class PartedVAE(PyroModule):
         return likelihood_mean(self.likelihood, self.decoder(torch.cat([z, u], dim=-1)))
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
-        """Decode the representation of :meth:`encode`: ``x (B, *event) -> (B, *event)``."""
+        """Decode the representation of :meth:`encode`: ``x (B, *event) -> (B, *event)``.
+
+        :param x: ``(B, *event)`` observations."""
         return self.decode(*self.split_latent(self.encode(x)))
 
     def sample(self, n: int, c: torch.Tensor | int | None = None, mean: bool = False) -> torch.Tensor:
         """n draws x ~ p(x | z, u) with z ~ p(z), c ~ p(c) (or the given classes),
         u_i ~ p(u_i | c_i): ``(n, *event)``; with ``mean=True`` the likelihood's means.
 
+        :param n: the number of draws.
         :param c: ``None``; a class index (one variable); ``(V,)`` classes for every draw
             (V > 1); or ``(n,)`` (one variable) / ``(n, V)`` classes per draw.
+        :param mean: return the likelihood's means instead of draws.
         """
         device = self.class_priors[0].loc.device
         if c is None:

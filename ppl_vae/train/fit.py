@@ -470,13 +470,15 @@ def fit(
         batch, e.g. ``{"aggregate_data": {"x": X}}``: the whole data set whose encodings form
         q(z) in :class:`~ppl_vae.infer.decomposition.AggregateDivergence`'s inclusive KL. Their tensors
         are moved to the training device once.
+    :param overrides: fields of :class:`TrainConfig` to replace (``lr=1e-3``, ``batch_size=256``),
+        applied to ``config`` or to the defaults; an unknown name raises a ``TypeError``.
 
     Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see
     :func:`~ppl_vae.train.distributed.training_strategy`) trains one process per device,
     each on its own rows of every global batch of ``devices * num_nodes * batch_size``
     rows. Lightning re-launches the calling script for the other processes, or a launcher
     (torchrun, srun) starts them all; each runs ``fit``. Only rank 0 prepares ``run_dir``
-    and writes checkpoints; :attr:`FitResult.global_rank` tells the others apart. When the
+    and writes checkpoints; the ``global_rank`` of the :class:`FitResult` tells the others apart. When the
     setup of one process fails (a run directory that exists, data it cannot use), every
     process raises that error as soon as they all have started
     (:class:`~ppl_vae.train.distributed.SetupAgreement`).

@@ -98,7 +98,7 @@ class SVIModule(L.LightningModule):
     reaches a checkpoint.
 
     The optimisers named in ``config.lr_plateau`` get a ``ReduceLROnPlateau`` each
-    (:class:`~ppl_vae.train.lr_schedules.PlateauSchedules`), stepped after the iteration that
+    (``ppl_vae.train.lr_schedules.PlateauSchedules``), stepped after the iteration that
     ends each window with the window's mean of that step's loss; the rates are logged as
     ``lr/NAME``.
 
@@ -107,6 +107,17 @@ class SVIModule(L.LightningModule):
     :func:`~ppl_vae.infer.distributed.global_batch`), processes draw their noise from
     different seeds, logged values are averaged over processes, and checkpoints hold every
     process's random state.
+
+    :param model: the model to train, an ``nn.Module`` with ``model`` and ``guide`` methods.
+    :param objective: the ELBO (a :class:`~ppl_vae.infer.MeanFieldELBO` and its presets, or a
+        plain Pyro ELBO), with its auxiliary steps and modules.
+    :param config: the training settings (learning rate, logging and checkpoint intervals,
+        ``replay_loss``, ``data_on_device``, ...).
+    :param batches: the minibatches of the run, ``{group: {key: tensor (B_g, ...)}}`` each;
+        sharded over processes and moved to the device when training starts.
+    :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
+        batch, e.g. ``{"aggregate_data": {"x": X}}``; moved to the training device when
+        training starts.
     """
 
     def __init__(
@@ -172,7 +183,12 @@ class SVIModule(L.LightningModule):
 
     def training_step(self, block: list[TensorGroups], batch_idx: int) -> None:
         """Take the iterations of one block of minibatches; flush the logs at the end of
-        each logging interval and check the values before a checkpoint is due."""
+        each logging interval and check the values before a checkpoint is due.
+
+        :param block: up to ``config.iterations_per_training_step`` consecutive minibatches
+            (:class:`~ppl_vae.train.BatchBlocks`).
+        :param batch_idx: Lightning's index of the block (not read: the module counts
+            iterations itself)."""
         start = self.iteration
         every = self.config.log_every_n_steps
         with global_batch():
@@ -251,7 +267,11 @@ class SVIModule(L.LightningModule):
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """With ``data_on_device`` the batches are drawn on the training device already; otherwise
-        Lightning copies them."""
+        Lightning copies them.
+
+        :param batch: a block of minibatches.
+        :param device: the training device.
+        :param dataloader_idx: Lightning's index of the data loader (there is one)."""
         if self.config.data_on_device:
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
@@ -291,7 +311,10 @@ class SVIModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add the iteration, every process's random state, the history, what identifies the
         model and objective, and the digest of the weights and optimiser states
-        (:func:`~ppl_vae.train.checkpoint.tensor_digest`)."""
+        (``ppl_vae.train.checkpoint.tensor_digest``).
+
+        :param checkpoint: the checkpoint Lightning is about to write; its ``"ppl_vae"`` entry
+            is set here."""
         checkpoint["ppl_vae"] = {
             "iteration": self.iteration,
             "rng": self._rng_states(),
@@ -304,7 +327,10 @@ class SVIModule(L.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restore the iteration, the history and the batch order; the random state is restored when training starts."""
+        """Restore the iteration, the history and the batch order; the random state is restored when training starts.
+
+        :param checkpoint: the checkpoint Lightning read, with the ``"ppl_vae"`` entry that
+            :meth:`on_save_checkpoint` wrote."""
         state = checkpoint["ppl_vae"]
         self.iteration = int(state["iteration"])
         self.history = list(state["history"])
