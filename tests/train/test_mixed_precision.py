@@ -55,7 +55,7 @@ def test_under_autocast_every_distribution_and_the_loss_are_float32(name):
     with pyro.validation_enabled(False), torch.autocast("cpu", dtype=torch.bfloat16):
         guide_trace = poutine.trace(model.guide).get_trace(**batch)
         model_trace = poutine.trace(poutine.replay(model.model, trace=guide_trace)).get_trace(**batch)
-        loss = objective.differentiable_loss(model.model, model.guide, **batch)
+        loss = objective.differentiable_loss(model.model, model.guide, **batch, step=0)
     for trace in (prune_subsample_sites(guide_trace), prune_subsample_sites(model_trace)):
         for site in trace.nodes.values():
             if site["type"] == "sample":
@@ -72,7 +72,7 @@ def test_mixed_precision_loss_is_close_to_the_float32_loss(name):
     for enabled in (False, True):
         pyro.set_rng_seed(3)
         with pyro.validation_enabled(False), torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
-            losses.append(float(objective.differentiable_loss(model.model, model.guide, **batch)))
+            losses.append(float(objective.differentiable_loss(model.model, model.guide, **batch, step=0)))
     assert losses[1] == pytest.approx(losses[0], rel=0.02)
 
 
