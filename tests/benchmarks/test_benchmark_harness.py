@@ -143,3 +143,11 @@ def test_precision_times_both_precisions_against_the_floor_and_the_authors(tmp_p
     for name in ("decomposition_held_out_loss_per_image", "parted_held_out_shape_accuracy"):
         assert set(result["quality"][name]) == {"32-true", "bf16-mixed"}
     assert all(0 <= a <= 1 for a in result["quality"]["parted_held_out_shape_accuracy"].values())
+
+
+def test_conv_weight_layout_pairs_both_layouts_on_the_conv_models(tmp_path):
+    result = run_benchmark("conv_weight_layout.py", tmp_path / "layout.json", "--quick")
+    assert set(result["models"]) == {"decomposition", "parted"}
+    for model in result["models"].values():
+        assert set(model["median_cpu_seconds"]) == {"contiguous", "channels_last"}
+        assert model["paired_ratio_channels_last_to_contiguous"] > 0
