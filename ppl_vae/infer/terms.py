@@ -67,14 +67,15 @@ def diagonal_normal_parameters(fn: dist.Distribution, site: str) -> tuple[torch.
     raise ValueError(f"site {site!r} must be a diagonal Normal(...).to_event(1), got {type(fn).__name__}")
 
 
-def _kl(guide_site: dict, model_site: dict) -> torch.Tensor:
-    """Per-point KL(q || p) of a latent site: analytic when registered, else ``log q - log p``
-    at the guide's sample."""
+def closed_form_kl(guide_fn: dist.Distribution, model_fn: dist.Distribution) -> torch.Tensor | None:
+    """KL(q || p) per point (q's batch shape, unscaled) where torch registers a closed form for
+    the pair (:func:`torch.distributions.kl_divergence`), else ``None``: then the caller
+    estimates it at the guide's sample as ``log q - log p``, as every KL of the library is
+    taken (the ELBO's in :class:`~ppl_vae.infer.MeanFieldELBO`, a capacity's here)."""
     try:
-        return kl_divergence(guide_site["fn"], model_site["fn"])
+        return kl_divergence(guide_fn, model_fn)
     except NotImplementedError:
-        value = guide_site["value"]
-        return guide_site["fn"].log_prob(value) - model_site["fn"].log_prob(value)
+        return None
 
 
 def site_points(site: dict) -> torch.Tensor | float:
@@ -235,7 +236,11 @@ class Capacity(Term):
         """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean.
 
         :param sites: what the term reads for one particle."""
-        kl = all_gather(_kl(sites.guide_site(self.site), sites.model_site(self.site))).mean()
+        guide_site, model_site = sites.guide_site(self.site), sites.model_site(self.site)
+        kl = closed_form_kl(guide_site["fn"], model_site["fn"])
+        if kl is None:
+            kl = guide_site["fn"].log_prob(guide_site["value"]) - model_site["fn"].log_prob(guide_site["value"])
+        kl = all_gather(kl).mean()
         target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 
