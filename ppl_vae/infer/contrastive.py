@@ -20,7 +20,7 @@ from pyro import poutine
 from torch import nn
 from torch.func import functional_call
 
-from ppl_vae._validation import positive_integer, site_name
+from ppl_vae._validation import finite, positive_integer, site_name
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
@@ -105,12 +105,10 @@ class TotalCorrelation(Term):
         name: str = "total_correlation",
     ) -> None:
         super().__init__(name, gamma, "gamma")
-        if discriminator_lr is not None and not discriminator_lr > 0:
-            raise ValueError(f"discriminator_lr must be > 0 or None, got {discriminator_lr!r}")
         self.salient_site = site_name("salient_site", salient_site)
         self.shared_site = site_name("shared_site", shared_site)
         self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
-        self.discriminator_lr = discriminator_lr
+        self.discriminator_lr = None if discriminator_lr is None else finite("discriminator_lr", discriminator_lr, positive=True)
         self.input_dim = None if input_dim is None else positive_integer("input_dim", input_dim)
         if isinstance(guide_arguments, str) or not guide_arguments:
             raise ValueError(f"guide_arguments must be a non-empty sequence of argument names, got {guide_arguments!r}")

