@@ -78,6 +78,22 @@ def test_the_configs_and_the_registry_import_no_torch():
     assert result.stdout.strip() == "[]"
 
 
+def test_the_configs_take_the_objectives_default_weights():
+    import inspect
+
+    from ppl_vae.infer import ContrastiveELBO, PartedELBO
+
+    for config, objective, names in [
+        (PartedConfig(), PartedELBO, ("gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "delta")),
+        (ContrastiveConfig(), ContrastiveELBO, ("gamma", "discriminator")),
+    ]:
+        defaults = inspect.signature(objective).parameters
+        assert {name: getattr(config, name) for name in names} == {name: defaults[name].default for name in names}
+    capacities = PartedELBO().terms[:2]
+    assert (capacities[0].capacity.start, capacities[0].capacity.end) == PartedConfig().z_capacity
+    assert (capacities[1].capacity.start, capacities[1].capacity.end) == PartedConfig().u_capacity
+
+
 @pytest.mark.parametrize(
     "config, objective, setting, value",
     [
@@ -89,8 +105,8 @@ def test_the_configs_and_the_registry_import_no_torch():
     ],
 )
 def test_a_config_refuses_a_bad_weight_in_its_objectives_words(config, objective, setting, value):
-    """The config refuses early (before any data or torch), the objective (its term) when built
-    from Python: the same check of ppl_vae._validation, the same message."""
+    """The config refuses early (before any data or torch), the objective when built from Python:
+    the same check of ppl_vae._validation, the same message."""
     from ppl_vae import infer
 
     with pytest.raises(SettingError) as refused_by_config:

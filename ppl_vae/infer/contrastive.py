@@ -20,6 +20,7 @@ from pyro import poutine
 from torch import nn
 from torch.func import functional_call
 
+from ppl_vae._defaults import CONTRASTIVE
 from ppl_vae._validation import finite, positive_integer, site_name
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.mean_field import MeanFieldELBO
@@ -97,7 +98,7 @@ class TotalCorrelation(Term):
         salient_site: str,
         shared_site: str,
         gamma: float,
-        discriminator: str = "linear",
+        discriminator: str = CONTRASTIVE.discriminator,
         discriminator_hidden: Sequence[int] = (64, 64),
         discriminator_lr: float | None = None,
         input_dim: int | None = None,
@@ -265,8 +266,8 @@ class ContrastiveELBO(MeanFieldELBO):
 
     def __init__(
         self,
-        gamma: float = 1.0,
-        discriminator: str = "linear",
+        gamma: float = CONTRASTIVE.gamma,
+        discriminator: str = CONTRASTIVE.discriminator,
         discriminator_hidden: Sequence[int] = (64, 64),
         discriminator_lr: float | None = None,
         salient_site: str = "target_s",

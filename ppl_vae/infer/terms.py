@@ -156,8 +156,10 @@ class Term:
     when they replace ELBO terms.
 
     :param name: the ``pyro.factor`` site's name, also the name it is logged under.
-    :param weight: w >= 0; 0 computes the term for the log only.
-    :param weight_name: the weight's name in the paper (``"gamma"``, ``"alpha"``), for errors.
+    :param weight: w >= 0; 0 computes the term for the log only. Checked here, once: an
+        objective that builds its terms passes its weights through unchecked.
+    :param weight_name: the weight's name in errors: the term's argument (``"gamma"``,
+        ``"alpha"``), or the objective's that it came from (``"gamma_z"``).
     """
 
     def __init__(self, name: str, weight: float, weight_name: str = "weight") -> None:
@@ -223,10 +225,14 @@ class Capacity(Term):
     :param capacity: C(t), a schedule over the training step (the ``step`` of the
         objective's call, the ``step`` of :class:`TermSites`).
     :param name: the factor's name; default ``"capacity_<site>"``.
+    :param weight_name: gamma's name in errors (an objective passes its own argument's, as
+        :class:`~ppl_vae.infer.PartedELBO` does ``"gamma_z"``).
     """
 
-    def __init__(self, site: str, gamma: float, capacity: LinearSchedule, name: str | None = None) -> None:
-        super().__init__(name or f"capacity_{site}", gamma, "gamma")
+    def __init__(
+        self, site: str, gamma: float, capacity: LinearSchedule, name: str | None = None, *, weight_name: str = "gamma"
+    ) -> None:
+        super().__init__(name or f"capacity_{site}", gamma, weight_name)
         if not isinstance(capacity, LinearSchedule):
             raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
         self.site = site_name("site", site)

@@ -7,6 +7,7 @@ from itertools import pairwise
 import torch
 from torch import nn
 
+from ppl_vae._defaults import CONTRASTIVE
 from ppl_vae.nn.precision import full_precision
 
 #: The ``kind`` names :class:`TCDiscriminator` accepts.
@@ -29,7 +30,7 @@ class TCDiscriminator(nn.Module):
     :param hidden: widths of the hidden layers of ``"mlp"`` (ignored by ``"linear"``).
     """
 
-    def __init__(self, kind: str = "linear", hidden: Sequence[int] = (64, 64)) -> None:
+    def __init__(self, kind: str = CONTRASTIVE.discriminator, hidden: Sequence[int] = (64, 64)) -> None:
         super().__init__()
         if kind not in DISCRIMINATORS:
             raise ValueError(f"discriminator must be one of {DISCRIMINATORS}, got {kind!r}")

@@ -5,7 +5,8 @@ Every field is a setting of ``ppl-vae train MODEL`` (``--set name=value``, dotte
 ``:param:`` entry are what ``ppl-vae train MODEL --help`` lists. A config validates itself
 on construction (types, then ranges), before any data is loaded or network built, with the
 checks of :mod:`ppl_vae._validation` (the objectives' and models', in the same words) raised as
-:class:`~ppl_vae.recipes.settings.SettingError`. This module imports nothing heavy, so listing
+:class:`~ppl_vae.recipes.settings.SettingError`. The objectives' default weights are shared
+with the objectives (:mod:`ppl_vae._defaults`). This module imports nothing heavy, so listing
 settings costs no torch import.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ppl_vae._defaults import CONTRASTIVE, PARTED
 from ppl_vae._validation import choice, finite, integer, require
 from ppl_vae.recipes.settings import check_types, refused_as_setting_errors
 from ppl_vae.train.config import TrainConfig
@@ -161,15 +163,15 @@ class PartedConfig:
     u_dim: int = 1
     hidden: int = 256
     temperature: float = 0.67
-    z_capacity: tuple[float, float] = (0.0, 30.0)
-    u_capacity: tuple[float, float] = (0.0, 5.0)
+    z_capacity: tuple[float, float] = PARTED.z_capacity
+    u_capacity: tuple[float, float] = PARTED.u_capacity
     capacity_steps: int | None = None
-    gamma_z: float = 50.0
-    gamma_u: float = 50.0
-    gamma_c: float = 100.0
-    gamma_h: float = 10.0
-    gamma_bc: float = 10.0
-    delta: float = 0.1
+    gamma_z: float = PARTED.gamma_z
+    gamma_u: float = PARTED.gamma_u
+    gamma_c: float = PARTED.gamma_c
+    gamma_h: float = PARTED.gamma_h
+    gamma_bc: float = PARTED.gamma_bc
+    delta: float = PARTED.delta
     num_eval: int = 2000
     mnist_dir: str | None = None
     factor_score_votes: int = 2000
@@ -239,8 +241,8 @@ class ContrastiveConfig:
     weight_init: str = "torch"
     likelihood: str | None = None
     likelihood_scale: float | None = None
-    gamma: float = 1.0
-    discriminator: str = "linear"
+    gamma: float = CONTRASTIVE.gamma
+    discriminator: str = CONTRASTIVE.discriminator
     mnist_dir: str | None = None
     data_seed: int = 0
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=128, lr=1e-3))
