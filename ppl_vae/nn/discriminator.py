@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ppl_vae._defaults import CONTRASTIVE
+from ppl_vae._validation import choice
 from ppl_vae.nn.precision import full_precision
 
 #: The ``kind`` names :class:`TCDiscriminator` accepts.
@@ -32,9 +33,7 @@ class TCDiscriminator(nn.Module):
 
     def __init__(self, kind: str = CONTRASTIVE.discriminator, hidden: Sequence[int] = (64, 64)) -> None:
         super().__init__()
-        if kind not in DISCRIMINATORS:
-            raise ValueError(f"discriminator must be one of {DISCRIMINATORS}, got {kind!r}")
-        self.kind = kind
+        self.kind = choice("discriminator", kind, DISCRIMINATORS)
         self.hidden = tuple(int(h) for h in hidden)
         self.input_dim: int | None = None
         self.net: nn.Module | None = None
