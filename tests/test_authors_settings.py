@@ -114,6 +114,8 @@ def test_contrastive_glorot_init_reaches_every_layer_of_the_model():
 
 def test_the_configs_name_the_choices_the_networks_take():
     from ppl_vae import nn as networks
+    from ppl_vae.infer import decomposition
     from ppl_vae.recipes import configs
 
-    assert configs.ACTIVATIONS == networks.ACTIVATIONS and configs.WEIGHT_INITS == networks.WEIGHT_INITS
+    assert configs.ACTIVATIONS is networks.ACTIVATIONS and configs.WEIGHT_INITS is networks.WEIGHT_INITS
+    assert configs.DISCRIMINATORS is networks.DISCRIMINATORS and configs.DIVERGENCES is decomposition.DIVERGENCES

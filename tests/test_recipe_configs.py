@@ -115,3 +115,18 @@ def test_a_config_refuses_a_bad_weight_in_its_objectives_words(config, objective
         getattr(infer, objective)(**{setting: value})
     assert str(refused_by_config.value) == str(refused_by_objective.value)
     assert str(refused_by_config.value).startswith(f"{setting} must be a finite number")
+
+
+@pytest.mark.parametrize(
+    "config, objective, setting, value",
+    [(ContrastiveConfig, "ContrastiveELBO", "discriminator", "svm"), (DecompositionConfig, "DecompositionELBO", "divergence", "kl")],
+)
+def test_a_config_refuses_an_objectives_unknown_choice_in_its_words(config, objective, setting, value):
+    from ppl_vae import infer
+
+    with pytest.raises(SettingError) as refused_by_config:
+        config(**{setting: value})
+    with pytest.raises(ValueError) as refused_by_objective:
+        getattr(infer, objective)(**{setting: value})
+    assert str(refused_by_config.value) == str(refused_by_objective.value)
+    assert str(refused_by_config.value).startswith(f"{setting} must be one of")

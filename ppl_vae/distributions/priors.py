@@ -32,6 +32,7 @@ import torch
 from pyro.distributions.torch_distribution import TorchDistributionMixin
 from torch import Tensor, nn
 
+from ppl_vae._constants import LOG_VARIANCE_INITS
 from ppl_vae._validation import choice
 
 __all__ = [
@@ -447,7 +448,7 @@ class ClassConditionalGaussianPrior(nn.Module):
     :param log_variance_init: how ``w`` starts: ``"zeros"`` or ``"randn"`` (N(0, 1)).
     """
 
-    LOG_VARIANCE_INITS = ("zeros", "randn")
+    LOG_VARIANCE_INITS = LOG_VARIANCE_INITS
 
     def __init__(self, num_classes: int, dim: int, log_variance_init: str = "zeros") -> None:
         super().__init__()

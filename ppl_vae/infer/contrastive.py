@@ -20,7 +20,7 @@ from pyro import poutine
 from torch import nn
 from torch.func import functional_call
 
-from ppl_vae._defaults import CONTRASTIVE
+from ppl_vae._constants import CONTRASTIVE
 from ppl_vae._validation import finite, positive_integer, site_name
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.mean_field import MeanFieldELBO
@@ -78,7 +78,7 @@ class TotalCorrelation(Term):
     :param salient_site: the site of s.
     :param shared_site: the site of z.
     :param gamma: weight gamma.
-    :param discriminator: ``"linear"`` (the paper's logistic regression) or ``"mlp"``.
+    :param discriminator: ``"linear"`` (the paper's logistic regression, the default) or ``"mlp"``.
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
     :param input_dim: D's input size, D_s + D_z; ``None`` reads it from the two sites of one
@@ -243,9 +243,9 @@ class ContrastiveELBO(MeanFieldELBO):
             step.loss(target=target, background=background).backward()
             d_optim.step()
 
-    :param gamma: weight of the TC term, >= 0; 0 gives the plain contrastive ELBO and no
-        discriminator step.
-    :param discriminator: ``"linear"`` (the paper's logistic regression) or ``"mlp"``.
+    :param gamma: weight of the TC term, >= 0 (default 1); 0 gives the plain contrastive ELBO
+        and no discriminator step.
+    :param discriminator: ``"linear"`` (the paper's logistic regression, the default) or ``"mlp"``.
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
     :param salient_site: the model's site of s on the target.

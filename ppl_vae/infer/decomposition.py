@@ -33,6 +33,7 @@ import torch
 from pyro import poutine
 from torch.utils.checkpoint import checkpoint
 
+from ppl_vae._constants import DIVERGENCES
 from ppl_vae._storage import stored_as_float
 from ppl_vae._validation import choice, positive_integer, site_name
 from ppl_vae.infer.distributed import all_gather
@@ -41,11 +42,6 @@ from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
 
 __all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
-
-
-#: The divergences :class:`AggregateDivergence` estimates (its ``divergence`` argument): the
-#: dimension-wise MMD (Eq. 10) and the inclusive KL(p(z) || q(z)).
-DIVERGENCES = ("mmd", "inclusive_kl")
 
 
 def _prior_draws(prior: dist.Distribution) -> torch.Tensor:

@@ -32,7 +32,7 @@ from torch import nn
 from torch.distributions import kl_divergence
 from torch.nn import functional as F
 
-from ppl_vae._defaults import PARTED
+from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite
 from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.distributed import all_gather
@@ -340,18 +340,18 @@ class PartedELBO(MeanFieldELBO):
     scale), unweighted, with each capacity's KL and C(t) as ``capacity_z/kl``,
     ``capacity_z/target`` (and the same for u).
 
-    The defaults are the authors' dSprites settings (:mod:`ppl_vae._defaults`, which the
+    The defaults are the authors' dSprites settings (:mod:`ppl_vae._constants`, which the
     recipe's :class:`~ppl_vae.recipes.configs.PartedConfig` shares). Each weight is checked once,
     by the term it weighs, under the name it has here.
 
     :param z_capacity: C_z(t); ``None``: ``LinearCapacity(0, 30, 300000)``.
     :param u_capacity: C_u(t); ``None``: ``LinearCapacity(0, 5, 300000)``.
-    :param gamma_z: weight gamma_z of the z capacity term, >= 0.
-    :param gamma_u: weight gamma_u of the u capacity term, >= 0.
-    :param gamma_c: weight gamma_c of KL(qhat(c) || p(c)), >= 0.
-    :param gamma_h: weight gamma_H of the conditional entropy H(q(c|x)), >= 0.
-    :param gamma_bc: weight gamma_BC of the Bhattacharyya penalty, >= 0.
-    :param delta: Bhattacharyya threshold in [0, 1].
+    :param gamma_z: weight gamma_z of the z capacity term, >= 0 (authors' dSprites: 50).
+    :param gamma_u: weight gamma_u of the u capacity term, >= 0 (50).
+    :param gamma_c: weight gamma_c of KL(qhat(c) || p(c)), >= 0 (100).
+    :param gamma_h: weight gamma_H of the conditional entropy H(q(c|x)), >= 0 (10).
+    :param gamma_bc: weight gamma_BC of the Bhattacharyya penalty, >= 0 (10).
+    :param delta: Bhattacharyya threshold in [0, 1] (0.1).
     :param labelled_group: the training-data group of the cross-entropy step
         (``{"x": X, "labelled": {"x": XL, "y": YL}}``); ``None`` for unsupervised training
         (no auxiliary step).

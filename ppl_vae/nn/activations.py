@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from ppl_vae._constants import ACTIVATIONS
 from ppl_vae._validation import choice, finite
-
-#: The activation names :func:`activation` accepts.
-ACTIVATIONS = ("relu", "leaky_relu", "identity")
 
 
 def activation(name: str, negative_slope: float = 0.01) -> nn.Module:

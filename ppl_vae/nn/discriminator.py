@@ -7,12 +7,9 @@ from itertools import pairwise
 import torch
 from torch import nn
 
-from ppl_vae._defaults import CONTRASTIVE
+from ppl_vae._constants import CONTRASTIVE, DISCRIMINATORS
 from ppl_vae._validation import choice
 from ppl_vae.nn.precision import full_precision
-
-#: The ``kind`` names :class:`TCDiscriminator` accepts.
-DISCRIMINATORS = ("linear", "mlp")
 
 
 class TCDiscriminator(nn.Module):
@@ -27,7 +24,7 @@ class TCDiscriminator(nn.Module):
     ``logit = 0`` for any dependence between s and z, so with ``"linear"`` the TC estimate
     (and its gradient) stays near zero. Use ``"mlp"`` for a TC term that can see dependence.
 
-    :param kind: ``"linear"`` or ``"mlp"``.
+    :param kind: ``"linear"`` (the default) or ``"mlp"``.
     :param hidden: widths of the hidden layers of ``"mlp"`` (ignored by ``"linear"``).
     """
 

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from torch import nn
 
+from ppl_vae._constants import WEIGHT_INITS
 from ppl_vae._validation import choice
 
-#: The ``scheme`` names :func:`initialise` accepts.
-WEIGHT_INITS = ("torch", "glorot")
 _LAYERS = (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)
 
 

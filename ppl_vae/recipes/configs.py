@@ -5,9 +5,9 @@ Every field is a setting of ``ppl-vae train MODEL`` (``--set name=value``, dotte
 ``:param:`` entry are what ``ppl-vae train MODEL --help`` lists. A config validates itself
 on construction (types, then ranges), before any data is loaded or network built, with the
 checks of :mod:`ppl_vae._validation` (the objectives' and models', in the same words) raised as
-:class:`~ppl_vae.recipes.settings.SettingError`. The objectives' default weights are shared
-with the objectives (:mod:`ppl_vae._defaults`). This module imports nothing heavy, so listing
-settings costs no torch import.
+:class:`~ppl_vae.recipes.settings.SettingError`. The default weights and the accepted names are
+those of the objectives and networks (:mod:`ppl_vae._constants`). This module imports nothing
+heavy, so listing settings costs no torch import.
 """
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppl_vae._defaults import CONTRASTIVE, PARTED
+from ppl_vae._constants import (
+    ACTIVATIONS,
+    CONTRASTIVE,
+    DISCRIMINATORS,
+    DIVERGENCES,
+    LOG_VARIANCE_INITS,
+    PARTED,
+    WEIGHT_INITS,
+)
 from ppl_vae._validation import choice, finite, integer, require
 from ppl_vae.recipes.settings import check_types, refused_as_setting_errors
 from ppl_vae.train.config import TrainConfig
@@ -26,9 +34,6 @@ PARTED_DATASETS = ("dsprites", "mnist")
 PARTED_NETWORKS = ("conv", "mlp")
 CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
 PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
-ACTIVATIONS = ("relu", "leaky_relu", "identity")
-CLASS_PRIOR_INITS = ("zeros", "randn")
-WEIGHT_INITS = ("torch", "glorot")
 
 
 def at_least(config: Any, minimum: int, *names: str) -> None:
@@ -183,7 +188,7 @@ class PartedConfig:
         one_of(self, "dataset", PARTED_DATASETS)
         one_of(self, "network", PARTED_NETWORKS)
         one_of(self, "top_activation", ACTIVATIONS)
-        one_of(self, "class_prior_init", CLASS_PRIOR_INITS)
+        one_of(self, "class_prior_init", LOG_VARIANCE_INITS)
         at_least(self, 0, "negative_slope")
         if self.dataset == "dsprites":
             require("image_size", self.image_size, self.image_size in (None, 64), "None or 64 for dSprites")
@@ -252,6 +257,7 @@ class ContrastiveConfig:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
         one_of(self, "weight_init", WEIGHT_INITS)
+        one_of(self, "discriminator", DISCRIMINATORS)
         at_least(self, 0, "amplitude", "background_noise", "gamma")
         at_least(self, 2, "num_target")
         at_least(self, 1, "salient_dim", "shared_dim", "hidden")
@@ -319,6 +325,7 @@ class DecompositionConfig:
         one_of(self, "dataset", DATASETS)
         one_of(self, "prior", PRIORS)
         one_of(self, "hidden_activation", ACTIVATIONS)
+        one_of(self, "divergence", DIVERGENCES)
         at_least(self, 2, "num_train")
         at_least(self, 1, "image_size", "latent_dim", "hidden", "evaluation_points")
         positive(self, "df", "sigma0", "likelihood_scale")

@@ -1,11 +1,25 @@
-"""The papers' default weights, written once for the two places that take them: an objective's
-arguments (:mod:`ppl_vae.infer`, the Python API) and a recipe config's fields
-(:mod:`ppl_vae.recipes.configs`, the command line). The configs import no torch, so the
-values live here, in plain numbers, rather than in the objectives' modules.
+"""Values written once for the two places that take them: the torch modules (objectives,
+networks, priors: the Python API) and the recipes' configs (:mod:`ppl_vae.recipes.configs`, the
+command line), which import no torch and refuse a bad setting before anything is built. Here,
+in plain numbers and names: the papers' default weights, and the names that a few string
+arguments accept (each module that takes one re-exports it under the same name).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: The activation names :func:`~ppl_vae.nn.activation` accepts.
+ACTIVATIONS = ("relu", "leaky_relu", "identity")
+#: The weight initialisation schemes :func:`~ppl_vae.nn.initialise` accepts.
+WEIGHT_INITS = ("torch", "glorot")
+#: The ``kind`` names :class:`~ppl_vae.nn.TCDiscriminator` accepts.
+DISCRIMINATORS = ("linear", "mlp")
+#: The divergences :class:`~ppl_vae.infer.AggregateDivergence` estimates (its ``divergence``
+#: argument): the dimension-wise MMD (Eq. 10) and the inclusive KL(p(z) || q(z)).
+DIVERGENCES = ("mmd", "inclusive_kl")
+#: How :class:`~ppl_vae.distributions.ClassConditionalGaussianPrior`'s log-variance parameters
+#: start (its ``log_variance_init``).
+LOG_VARIANCE_INITS = ("zeros", "randn")
 
 
 @dataclass(frozen=True)
