@@ -68,10 +68,11 @@ def diagonal_normal_parameters(fn: dist.Distribution, site: str) -> tuple[torch.
 
 
 def closed_form_kl(guide_fn: dist.Distribution, model_fn: dist.Distribution) -> torch.Tensor | None:
-    """KL(q || p) per point (q's batch shape, unscaled) where torch registers a closed form for
-    the pair (:func:`torch.distributions.kl_divergence`), else ``None``: then the caller
-    estimates it at the guide's sample as ``log q - log p``, as every KL of the library is
-    taken (the ELBO's in :class:`~ppl_vae.infer.MeanFieldELBO`, a capacity's here)."""
+    """KL(q || p) per point (q's batch shape, unscaled) in closed form where torch registers one
+    for the pair (:func:`torch.distributions.kl_divergence`), else ``None``, and then the caller
+    estimates it at the guide's sample, ``log q - log p``: the one place that chooses between the
+    two, for the ELBO's KLs (:class:`~ppl_vae.infer.MeanFieldELBO`, which reads the estimate
+    from the traces' scores, scaled and summed as Pyro's) and a capacity's (per point)."""
     try:
         return kl_divergence(guide_fn, model_fn)
     except NotImplementedError:
