@@ -1,14 +1,27 @@
 """Checks of scalar arguments, with errors that name the argument, the value and what was expected.
 
-``True`` and ``False`` are integers to Python (``isinstance(True, int)``); these checks refuse
-them where a count or a seed is meant, and refuse NaN and infinities where a finite number is.
+Every refusal reads ``"{name} must be {expected}, got {value}"`` (:func:`require`), whether it
+comes from an objective, a term, a model or a recipe's config (which raises it as a
+:class:`~ppl_vae.recipes.settings.SettingError`). ``True`` and ``False`` are integers to Python
+(``isinstance(True, int)``); these checks refuse them where a count or a seed is meant, and
+refuse NaN and infinities where a finite number is.
 """
 from __future__ import annotations
 
 import math
 import reprlib
+from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Any
+
+
+def require(name: str, value: Any, holds: bool, expected: str) -> None:
+    """Refuse ``value`` of ``name`` unless ``holds``: the message of every check here.
+
+    :raises ValueError: ``"{name} must be {expected}, got {value}"``.
+    """
+    if not holds:
+        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
 
 
 def integer(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -16,10 +29,11 @@ def integer(name: str, value: Any, minimum: int | None = None, maximum: int | No
 
     :raises ValueError: naming ``name``, ``value`` and the expected range.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {shown(value)}")
-    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise ValueError(f"{name} must be an integer{_range(minimum, maximum)}, got {shown(value)}")
+    holds = (
+        not isinstance(value, bool) and isinstance(value, Integral)
+        and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+    )
+    require(name, value, holds, f"an integer{_range(minimum, maximum)}")
     return int(value)
 
 
@@ -28,22 +42,24 @@ def positive_integer(name: str, value: Any) -> int:
 
     :raises ValueError: naming ``name`` and ``value``.
     """
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {shown(value)}")
+    require(name, value, not isinstance(value, bool) and isinstance(value, Integral) and value >= 1, "a positive integer")
     return int(value)
 
 
-def finite(name: str, value: Any, low: float | None = None, high: float | None = None, positive: bool = False) -> float:
-    """``value`` as a finite ``float`` (not a bool), in ``[low, high)`` where those are given, and > 0
-    with ``positive``.
+def finite(
+    name: str, value: Any, low: float | None = None, high: float | None = None, positive: bool = False, closed: bool = False
+) -> float:
+    """``value`` as a finite ``float`` (not a bool), in ``[low, high)`` where those are given
+    (``[low, high]`` with ``closed``), and > 0 with ``positive``.
 
     :raises ValueError: naming ``name``, ``value`` and what was expected.
     """
-    expected = "a finite number" + (" > 0" if positive else "") + _interval(low, high)
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
-    if (positive and value <= 0) or (low is not None and value < low) or (high is not None and value >= high):
-        raise ValueError(f"{name} must be {expected}, got {shown(value)}")
+    holds = (
+        not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(value)
+        and not (positive and value <= 0) and (low is None or value >= low)
+        and (high is None or value < high or (closed and value == high))
+    )
+    require(name, value, holds, "a finite number" + (" > 0" if positive else "") + _interval(low, high, closed))
     return float(value)
 
 
@@ -52,8 +68,17 @@ def boolean(name: str, value: Any) -> bool:
 
     :raises ValueError: naming ``name`` and ``value``.
     """
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {shown(value)}")
+    require(name, value, isinstance(value, bool), "True or False")
+    return value
+
+
+def choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """``value`` itself, refused unless it is one of ``choices`` (a model's likelihood, an
+    objective's divergence, a config's dataset).
+
+    :raises ValueError: naming ``name``, ``value`` and the choices.
+    """
+    require(name, value, value in choices, f"one of {tuple(choices)}")
     return value
 
 
@@ -62,8 +87,7 @@ def site_name(name: str, value: Any) -> str:
 
     :raises ValueError: naming ``name`` and ``value``.
     """
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty site name, got {shown(value)}")
+    require(name, value, isinstance(value, str) and bool(value), "a non-empty site name")
     return value
 
 
@@ -77,13 +101,13 @@ def _range(minimum: int | None, maximum: int | None) -> str:
     return ""
 
 
-def _interval(low: float | None, high: float | None) -> str:
+def _interval(low: float | None, high: float | None, closed: bool = False) -> str:
     if low is not None and high is not None:
-        return f" in [{low}, {high})"
+        return f" in [{low}, {high}{']' if closed else ')'}"
     if low is not None:
         return f" >= {low}"
     if high is not None:
-        return f" < {high}"
+        return f" <= {high}" if closed else f" < {high}"
     return ""
 
 

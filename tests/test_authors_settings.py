@@ -65,7 +65,7 @@ def test_decomposition_authors_settings_switch_on_amsgrad_and_their_dsprites_enc
     [
         (lambda: PartedConfig(top_activation="gelu"), "top_activation must be one of ('relu', 'leaky_relu', 'identity'), got 'gelu'"),
         (lambda: PartedConfig(class_prior_init="ones"), "class_prior_init must be one of ('zeros', 'randn'), got 'ones'"),
-        (lambda: PartedConfig(negative_slope=-0.1), "negative_slope must be >= 0, got -0.1"),
+        (lambda: PartedConfig(negative_slope=-0.1), "negative_slope must be a finite number >= 0, got -0.1"),
         (lambda: PartedConfig(image_size=32), "image_size must be None or 64 for dSprites, got 32"),
         (lambda: mnist_config(image_size=30), "image_size must be one of (28, 32), got 30"),
         (lambda: DecompositionConfig(hidden_activation="tanh"), "hidden_activation must be one of ('relu', 'leaky_relu', 'identity'), got 'tanh'"),
@@ -114,6 +114,8 @@ def test_contrastive_glorot_init_reaches_every_layer_of_the_model():
 
 def test_the_configs_name_the_choices_the_networks_take():
     from ppl_vae import nn as networks
+    from ppl_vae.infer import decomposition
     from ppl_vae.recipes import configs
 
-    assert configs.ACTIVATIONS == networks.ACTIVATIONS and configs.WEIGHT_INITS == networks.WEIGHT_INITS
+    assert configs.ACTIVATIONS is networks.ACTIVATIONS and configs.WEIGHT_INITS is networks.WEIGHT_INITS
+    assert configs.DISCRIMINATORS is networks.DISCRIMINATORS and configs.DIVERGENCES is decomposition.DIVERGENCES

@@ -59,12 +59,12 @@ def test_a_value_of_the_wrong_type_is_refused_naming_setting_value_and_type(sett
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "vae", "--set", "latent_dim=0"], "latent_dim must be >= 1, got 0"),
-        (["train", "vae", "--set", "beta=-1"], "beta must be >= 0, got -1.0"),
+        (["train", "vae", "--set", "latent_dim=0"], "latent_dim must be an integer >= 1, got 0"),
+        (["train", "vae", "--set", "beta=-1"], "beta must be a finite number >= 0, got -1.0"),
         (["train", "vae", "--steps", "0"], "train.steps must be a positive integer, got 0"),
         (["train", "parted", "--set", "z_capacity=5,1"], "z_capacity must be (C_min, C_max) with 0 <= C_min <= C_max, got (5.0, 1.0)"),
         (["train", "decomposition", "--set", "latent_dim=3"], "latent_dim must be 2 for prior='mixture'"),
-        (["train", "decomposition", "--set", "gamma=1"], "gamma must be in [0, 1), got 1.0"),
+        (["train", "decomposition", "--set", "gamma=1"], "gamma must be a finite number in [0, 1), got 1.0"),
     ],
 )
 def test_a_value_out_of_range_is_refused_before_anything_is_built(argv, message, built, capsys):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ppl_vae.recipes import RECIPES, SettingError, config_from_dict, config_to_dict, with_overrides
-from ppl_vae.recipes.configs import DecompositionConfig, PartedConfig, VAEConfig
+from ppl_vae.recipes.configs import ContrastiveConfig, DecompositionConfig, PartedConfig, VAEConfig
 from ppl_vae.recipes.settings import settings_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +36,8 @@ def test_default_and_demo_configs_survive_a_json_round_trip(name):
         ({"latent_dim": 2.5}, "setting latent_dim: 2.5 is not an integer (type int)"),
         ({"latent_dim": "10"}, "setting latent_dim: '10' is not an integer (type int)"),
         ({"beta": math.inf}, "setting beta: inf is not a finite number (type float)"),
-        ({"num_train": 1}, "num_train must be >= 2, got 1"),
-        ({"likelihood_scale": 0.0}, "likelihood_scale must be > 0, got 0.0"),
+        ({"num_train": 1}, "num_train must be an integer >= 2, got 1"),
+        ({"likelihood_scale": 0.0}, "likelihood_scale must be a finite number > 0, got 0.0"),
     ],
 )
 def test_a_config_refuses_a_bad_python_value_naming_the_field(kwargs, message):
@@ -76,3 +76,57 @@ def test_the_configs_and_the_registry_import_no_torch():
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_configs_take_the_objectives_default_weights():
+    import inspect
+
+    from ppl_vae.infer import ContrastiveELBO, PartedELBO
+
+    for config, objective, names in [
+        (PartedConfig(), PartedELBO, ("gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "delta")),
+        (ContrastiveConfig(), ContrastiveELBO, ("gamma", "discriminator")),
+    ]:
+        defaults = inspect.signature(objective).parameters
+        assert {name: getattr(config, name) for name in names} == {name: defaults[name].default for name in names}
+    capacities = PartedELBO().terms[:2]
+    assert (capacities[0].capacity.start, capacities[0].capacity.end) == PartedConfig().z_capacity
+    assert (capacities[1].capacity.start, capacities[1].capacity.end) == PartedConfig().u_capacity
+
+
+@pytest.mark.parametrize(
+    "config, objective, setting, value",
+    [
+        (PartedConfig, "PartedELBO", "gamma_z", -1.0),
+        (PartedConfig, "PartedELBO", "gamma_bc", -0.5),
+        (PartedConfig, "PartedELBO", "delta", 1.5),
+        (ContrastiveConfig, "ContrastiveELBO", "gamma", -1.0),
+        (DecompositionConfig, "DecompositionELBO", "alpha", -2.0),
+    ],
+)
+def test_a_config_refuses_a_bad_weight_in_its_objectives_words(config, objective, setting, value):
+    """The config refuses early (before any data or torch), the objective when built from Python:
+    the same check of ppl_vae._validation, the same message."""
+    from ppl_vae import infer
+
+    with pytest.raises(SettingError) as refused_by_config:
+        config(**{setting: value})
+    with pytest.raises(ValueError) as refused_by_objective:
+        getattr(infer, objective)(**{setting: value})
+    assert str(refused_by_config.value) == str(refused_by_objective.value)
+    assert str(refused_by_config.value).startswith(f"{setting} must be a finite number")
+
+
+@pytest.mark.parametrize(
+    "config, objective, setting, value",
+    [(ContrastiveConfig, "ContrastiveELBO", "discriminator", "svm"), (DecompositionConfig, "DecompositionELBO", "divergence", "kl")],
+)
+def test_a_config_refuses_an_objectives_unknown_choice_in_its_words(config, objective, setting, value):
+    from ppl_vae import infer
+
+    with pytest.raises(SettingError) as refused_by_config:
+        config(**{setting: value})
+    with pytest.raises(ValueError) as refused_by_objective:
+        getattr(infer, objective)(**{setting: value})
+    assert str(refused_by_config.value) == str(refused_by_objective.value)
+    assert str(refused_by_config.value).startswith(f"{setting} must be one of")

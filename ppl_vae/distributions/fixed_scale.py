@@ -12,16 +12,15 @@ parent distribution's.
 from __future__ import annotations
 
 import math
-from numbers import Real
 
 import pyro.distributions as dist
 import torch
 
+from ppl_vae._validation import finite
+
 
 def _check_scale(scale: float) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale) or not scale > 0:
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    return float(scale)
+    return finite("scale", scale, positive=True)
 
 
 class FixedScaleNormal(dist.Normal):

@@ -32,6 +32,9 @@ import torch
 from pyro.distributions.torch_distribution import TorchDistributionMixin
 from torch import Tensor, nn
 
+from ppl_vae._constants import LOG_VARIANCE_INITS
+from ppl_vae._validation import choice
+
 __all__ = [
     "SPARSE_SIGMA0_AUTHORS_CODE",
     "SPARSE_SIGMA0_PAPER_TEXT",
@@ -445,14 +448,13 @@ class ClassConditionalGaussianPrior(nn.Module):
     :param log_variance_init: how ``w`` starts: ``"zeros"`` or ``"randn"`` (N(0, 1)).
     """
 
-    LOG_VARIANCE_INITS = ("zeros", "randn")
+    LOG_VARIANCE_INITS = LOG_VARIANCE_INITS
 
     def __init__(self, num_classes: int, dim: int, log_variance_init: str = "zeros") -> None:
         super().__init__()
         self.num_classes = _check_dim(num_classes, "num_classes")
         self.dim = _check_dim(dim)
-        if log_variance_init not in self.LOG_VARIANCE_INITS:
-            raise ValueError(f"log_variance_init must be one of {self.LOG_VARIANCE_INITS}, got {log_variance_init!r}")
+        choice("log_variance_init", log_variance_init, self.LOG_VARIANCE_INITS)
         self.loc = nn.Parameter(torch.randn(self.num_classes, self.dim))
         start = torch.randn if log_variance_init == "randn" else torch.zeros
         self.log_variance_logit = nn.Parameter(start(self.num_classes, self.dim))

@@ -20,7 +20,8 @@ from pyro import poutine
 from torch import nn
 from torch.func import functional_call
 
-from ppl_vae._validation import positive_integer, site_name
+from ppl_vae._constants import CONTRASTIVE
+from ppl_vae._validation import finite, positive_integer, site_name
 from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
@@ -77,7 +78,7 @@ class TotalCorrelation(Term):
     :param salient_site: the site of s.
     :param shared_site: the site of z.
     :param gamma: weight gamma.
-    :param discriminator: ``"linear"`` (the paper's logistic regression) or ``"mlp"``.
+    :param discriminator: ``"linear"`` (the paper's logistic regression, the default) or ``"mlp"``.
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
     :param input_dim: D's input size, D_s + D_z; ``None`` reads it from the two sites of one
@@ -97,7 +98,7 @@ class TotalCorrelation(Term):
         salient_site: str,
         shared_site: str,
         gamma: float,
-        discriminator: str = "linear",
+        discriminator: str = CONTRASTIVE.discriminator,
         discriminator_hidden: Sequence[int] = (64, 64),
         discriminator_lr: float | None = None,
         input_dim: int | None = None,
@@ -105,12 +106,10 @@ class TotalCorrelation(Term):
         name: str = "total_correlation",
     ) -> None:
         super().__init__(name, gamma, "gamma")
-        if discriminator_lr is not None and not discriminator_lr > 0:
-            raise ValueError(f"discriminator_lr must be > 0 or None, got {discriminator_lr!r}")
         self.salient_site = site_name("salient_site", salient_site)
         self.shared_site = site_name("shared_site", shared_site)
         self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
-        self.discriminator_lr = discriminator_lr
+        self.discriminator_lr = None if discriminator_lr is None else finite("discriminator_lr", discriminator_lr, positive=True)
         self.input_dim = None if input_dim is None else positive_integer("input_dim", input_dim)
         if isinstance(guide_arguments, str) or not guide_arguments:
             raise ValueError(f"guide_arguments must be a non-empty sequence of argument names, got {guide_arguments!r}")
@@ -244,9 +243,9 @@ class ContrastiveELBO(MeanFieldELBO):
             step.loss(target=target, background=background).backward()
             d_optim.step()
 
-    :param gamma: weight of the TC term, >= 0; 0 gives the plain contrastive ELBO and no
-        discriminator step.
-    :param discriminator: ``"linear"`` (the paper's logistic regression) or ``"mlp"``.
+    :param gamma: weight of the TC term, >= 0 (default 1); 0 gives the plain contrastive ELBO
+        and no discriminator step.
+    :param discriminator: ``"linear"`` (the paper's logistic regression, the default) or ``"mlp"``.
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
     :param salient_site: the model's site of s on the target.
@@ -267,8 +266,8 @@ class ContrastiveELBO(MeanFieldELBO):
 
     def __init__(
         self,
-        gamma: float = 1.0,
-        discriminator: str = "linear",
+        gamma: float = CONTRASTIVE.gamma,
+        discriminator: str = CONTRASTIVE.discriminator,
         discriminator_hidden: Sequence[int] = (64, 64),
         discriminator_lr: float | None = None,
         salient_site: str = "target_s",

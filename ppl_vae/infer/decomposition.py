@@ -33,19 +33,15 @@ import torch
 from pyro import poutine
 from torch.utils.checkpoint import checkpoint
 
+from ppl_vae._constants import DIVERGENCES
 from ppl_vae._storage import stored_as_float
-from ppl_vae._validation import site_name
+from ppl_vae._validation import choice, positive_integer, site_name
 from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES, aggregate_log_density, mmd_dimensionwise
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
 
 __all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
-
-
-#: The divergences :class:`AggregateDivergence` estimates (its ``divergence`` argument): the
-#: dimension-wise MMD (Eq. 10) and the inclusive KL(p(z) || q(z)).
-DIVERGENCES = ("mmd", "inclusive_kl")
 
 
 def _prior_draws(prior: dist.Distribution) -> torch.Tensor:
@@ -100,14 +96,10 @@ class AggregateDivergence(Term):
         name: str = "aggregate_divergence",
     ) -> None:
         super().__init__(name, alpha, "alpha")
-        if divergence not in DIVERGENCES:
-            raise ValueError(f"divergence must be one of {DIVERGENCES}, got {divergence!r}")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        self.divergence = choice("divergence", divergence, DIVERGENCES)
+        self.chunk_size = positive_integer("chunk_size", chunk_size)
         self.site = site_name("site", site)
-        self.divergence = divergence
         self.length_scales = tuple(float(s) for s in length_scales)
-        self.chunk_size = chunk_size
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
         """N of the latent site.

@@ -21,6 +21,8 @@ from torch import Tensor
 from torch.distributions import Distribution
 from torch.utils.checkpoint import checkpoint
 
+from ppl_vae._validation import positive_integer
+
 __all__ = [
     "DEFAULT_MMD_LENGTH_SCALES",
     "aggregate_log_density",
@@ -103,8 +105,8 @@ def mmd_dimensionwise(
     (n, dim), m = x.shape, y.shape[0]
     if dims_per_chunk is None:
         dims_per_chunk = max(1, _MMD_BLOCK_ELEMENTS // max(n, m) ** 2)
-    elif dims_per_chunk < 1:
-        raise ValueError(f"dims_per_chunk must be a positive integer, got {dims_per_chunk!r}")
+    else:
+        positive_integer("dims_per_chunk", dims_per_chunk)
     constants = [2.0 * s for s in scales]
     # k(a, a) = len(scales) per dimension: the diagonal is removed analytically.
     diagonal = len(constants)
@@ -154,8 +156,7 @@ def aggregate_log_density(z: Tensor, loc: Tensor, scale: Tensor, chunk_size: int
         )
     if z.dim() != 2 or z.shape[1] != loc.shape[1]:
         raise ValueError(f"z must have shape (B, {loc.shape[1]}), got {tuple(z.shape)}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+    positive_integer("chunk_size", chunk_size)
     num_encodings = loc.shape[0]
     if num_encodings <= chunk_size:
         blocks = [_log_density_block(z, loc, scale)]
@@ -232,8 +233,7 @@ def inclusive_kl(
         raise ValueError("posterior_scale must be positive")
     if num_samples is None:
         num_samples = posterior_loc.shape[0]
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    positive_integer("num_samples", num_samples)
 
     sample = prior.rsample if prior.has_rsample else prior.sample
     if seed is None:

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ppl_vae._validation import finite
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_steps, training_loss
 
 __all__ = ["Batch", "TrainingIteration", "step_inputs"]
@@ -87,8 +88,7 @@ class TrainingIteration:
         backward: Callable[[torch.Tensor], None] | None = None,
         elbo_arguments: Mapping[str, Any] | None = None,
     ) -> None:
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
-            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        finite("lr", lr, positive=True)
         make = optimizer or (lambda params, rate: torch.optim.Adam(params, lr=rate))
         self.objective = objective
         self.elbo_loss = elbo_loss or training_loss(objective, model.model, model.guide)

@@ -49,11 +49,10 @@ from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import prune_subsample_sites
 from pyro.util import check_model_guide_match, check_site_shape
 from torch import nn
-from torch.distributions import kl_divergence
 
 from ppl_vae._validation import boolean, finite
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
-from ppl_vae.infer.terms import Term, TermSites, site_points
+from ppl_vae.infer.terms import Term, TermSites, closed_form_kl, site_points
 
 __all__ = ["MeanFieldELBO", "scored_site"]
 
@@ -323,9 +322,8 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             guide_site = guide_trace.nodes[name]
             if is_validation_enabled():
                 check_reparameterised(guide_site)
-            try:
-                kl = kl_divergence(guide_site["fn"], site["fn"])
-            except NotImplementedError:
+            kl = closed_form_kl(guide_site["fn"], site["fn"])
+            if kl is None:  # log q - log p at the guide's sample, from the traces' scores (Pyro's)
                 kl = scored_site(guide_trace, name)["log_prob_sum"] - scored_site(model_trace, name)["log_prob_sum"]
             else:
                 kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])

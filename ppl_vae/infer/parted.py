@@ -32,6 +32,7 @@ from torch import nn
 from torch.distributions import kl_divergence
 from torch.nn import functional as F
 
+from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite
 from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.distributed import all_gather
@@ -59,10 +60,13 @@ class ClassTerm(Term):
     :param weight: its weight.
     :param variables: the :class:`ClassVariable` s; ``None`` takes the model's own
         (``module.class_variables()``, as :class:`~ppl_vae.models.PartedVAE` declares them).
+    :param weight_name: the weight's name in errors (see :class:`~ppl_vae.infer.terms.Term`).
     """
 
-    def __init__(self, name: str, weight: float, variables: Sequence[ClassVariable] | None = None) -> None:
-        super().__init__(name, weight, "gamma")
+    def __init__(
+        self, name: str, weight: float, variables: Sequence[ClassVariable] | None = None, weight_name: str = "gamma"
+    ) -> None:
+        super().__init__(name, weight, weight_name)
         if variables is not None:
             variables = tuple(ClassVariable(*variable) for variable in variables)
             if not variables:
@@ -126,6 +130,7 @@ class ClassCapacity(ClassTerm):
     :param capacity: C_u(t).
     :param variables: see :class:`ClassTerm`.
     :param name: the factor's name.
+    :param weight_name: gamma's name in errors (:class:`PartedELBO` passes ``"gamma_u"``).
     """
 
     def __init__(
@@ -134,8 +139,10 @@ class ClassCapacity(ClassTerm):
         capacity: LinearSchedule,
         variables: Sequence[ClassVariable] | None = None,
         name: str = "capacity_u",
+        *,
+        weight_name: str = "gamma",
     ) -> None:
-        super().__init__(name, gamma, variables)
+        super().__init__(name, gamma, variables, weight_name)
         if not isinstance(capacity, LinearSchedule):
             raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
         self.capacity = capacity
@@ -181,10 +188,13 @@ class ClassEntropy(_ReplacesClassKL):
     :param gamma: weight gamma_H.
     :param variables: see :class:`ClassTerm`.
     :param name: the factor's name.
+    :param weight_name: gamma's name in errors (:class:`PartedELBO` passes ``"gamma_h"``).
     """
 
-    def __init__(self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "entropy") -> None:
-        super().__init__(name, gamma, variables)
+    def __init__(
+        self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "entropy", *, weight_name: str = "gamma"
+    ) -> None:
+        super().__init__(name, gamma, variables, weight_name)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(sum_i mean_n H(q(c_i|x_n)), {})``.
@@ -207,10 +217,18 @@ class AggregateClassKL(_ReplacesClassKL):
     :param gamma: weight gamma_c.
     :param variables: see :class:`ClassTerm`.
     :param name: the factor's name.
+    :param weight_name: gamma's name in errors (:class:`PartedELBO` passes ``"gamma_c"``).
     """
 
-    def __init__(self, gamma: float, variables: Sequence[ClassVariable] | None = None, name: str = "aggregate_kl") -> None:
-        super().__init__(name, gamma, variables)
+    def __init__(
+        self,
+        gamma: float,
+        variables: Sequence[ClassVariable] | None = None,
+        name: str = "aggregate_kl",
+        *,
+        weight_name: str = "gamma",
+    ) -> None:
+        super().__init__(name, gamma, variables, weight_name)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(sum_i KL(qhat(c_i) || p(c_i)), {})``.
@@ -247,15 +265,20 @@ class BhattacharyyaPenalty(ClassTerm):
     :param delta: the threshold in [0, 1].
     :param variables: see :class:`ClassTerm`.
     :param name: the factor's name.
+    :param weight_name: gamma's name in errors (:class:`PartedELBO` passes ``"gamma_bc"``).
     """
 
     def __init__(
-        self, gamma: float, delta: float = 0.1, variables: Sequence[ClassVariable] | None = None, name: str = "bhattacharyya"
+        self,
+        gamma: float,
+        delta: float = PARTED.delta,
+        variables: Sequence[ClassVariable] | None = None,
+        name: str = "bhattacharyya",
+        *,
+        weight_name: str = "gamma",
     ) -> None:
-        super().__init__(name, gamma, variables)
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 <= delta <= 1.0:
-            raise ValueError(f"delta must be a number in [0, 1], got {delta!r}")
-        self.delta = float(delta)
+        super().__init__(name, gamma, variables, weight_name)
+        self.delta = finite("delta", delta, low=0, high=1, closed=True)
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(sum_i sum_{j<k} max(BC_jk - delta, 0), {})`` over the class priors.
@@ -317,13 +340,17 @@ class PartedELBO(MeanFieldELBO):
     scale), unweighted, with each capacity's KL and C(t) as ``capacity_z/kl``,
     ``capacity_z/target`` (and the same for u).
 
-    :param z_capacity: C_z(t); default ``LinearCapacity(0, 30, 300000)`` (authors' dSprites).
-    :param u_capacity: C_u(t); default ``LinearCapacity(0, 5, 300000)``.
-    :param gamma_z: weight gamma_z of the z capacity term (authors' dSprites: 50).
-    :param gamma_u: weight gamma_u of the u capacity term (50).
-    :param gamma_c: weight gamma_c of KL(qhat(c) || p(c)) (100).
-    :param gamma_h: weight gamma_H of the conditional entropy H(q(c|x)) (10).
-    :param gamma_bc: weight gamma_BC of the Bhattacharyya penalty (10).
+    The defaults are the authors' dSprites settings (:mod:`ppl_vae._constants`, which the
+    recipe's :class:`~ppl_vae.recipes.configs.PartedConfig` shares). Each weight is checked once,
+    by the term it weighs, under the name it has here.
+
+    :param z_capacity: C_z(t); ``None``: ``LinearCapacity(0, 30, 300000)``.
+    :param u_capacity: C_u(t); ``None``: ``LinearCapacity(0, 5, 300000)``.
+    :param gamma_z: weight gamma_z of the z capacity term, >= 0 (authors' dSprites: 50).
+    :param gamma_u: weight gamma_u of the u capacity term, >= 0 (50).
+    :param gamma_c: weight gamma_c of KL(qhat(c) || p(c)), >= 0 (100).
+    :param gamma_h: weight gamma_H of the conditional entropy H(q(c|x)), >= 0 (10).
+    :param gamma_bc: weight gamma_BC of the Bhattacharyya penalty, >= 0 (10).
     :param delta: Bhattacharyya threshold in [0, 1] (0.1).
     :param labelled_group: the training-data group of the cross-entropy step
         (``{"x": X, "labelled": {"x": XL, "y": YL}}``); ``None`` for unsupervised training
@@ -344,36 +371,34 @@ class PartedELBO(MeanFieldELBO):
         self,
         z_capacity: LinearCapacity | None = None,
         u_capacity: LinearCapacity | None = None,
-        gamma_z: float = 50.0,
-        gamma_u: float = 50.0,
-        gamma_c: float = 100.0,
-        gamma_h: float = 10.0,
-        gamma_bc: float = 10.0,
-        delta: float = 0.1,
+        gamma_z: float = PARTED.gamma_z,
+        gamma_u: float = PARTED.gamma_u,
+        gamma_c: float = PARTED.gamma_c,
+        gamma_h: float = PARTED.gamma_h,
+        gamma_bc: float = PARTED.gamma_bc,
+        delta: float = PARTED.delta,
         labelled_group: str | None = "labelled",
         classifier_lr: float | None = None,
         extra_terms: Sequence[Term] = (),
         num_particles: int = 1,
         max_plate_nesting: int = 1,
     ) -> None:
-        z_capacity = z_capacity if z_capacity is not None else LinearCapacity(0.0, 30.0, 300_000)
-        u_capacity = u_capacity if u_capacity is not None else LinearCapacity(0.0, 5.0, 300_000)
+        z_capacity = z_capacity if z_capacity is not None else LinearCapacity(*PARTED.z_capacity, PARTED.capacity_steps)
+        u_capacity = u_capacity if u_capacity is not None else LinearCapacity(*PARTED.u_capacity, PARTED.capacity_steps)
         for name, schedule in (("z_capacity", z_capacity), ("u_capacity", u_capacity)):
             if not isinstance(schedule, LinearCapacity):
                 raise ValueError(f"{name} must be a LinearCapacity, got {schedule!r}")
         terms = [
-            Capacity("z", finite("gamma_z", gamma_z, low=0), z_capacity),
-            ClassCapacity(finite("gamma_u", gamma_u, low=0), u_capacity),
-            ClassEntropy(finite("gamma_h", gamma_h, low=0)),
-            AggregateClassKL(finite("gamma_c", gamma_c, low=0)),
-            BhattacharyyaPenalty(finite("gamma_bc", gamma_bc, low=0), delta),
+            Capacity("z", gamma_z, z_capacity, weight_name="gamma_z"),
+            ClassCapacity(gamma_u, u_capacity, weight_name="gamma_u"),
+            ClassEntropy(gamma_h, weight_name="gamma_h"),
+            AggregateClassKL(gamma_c, weight_name="gamma_c"),
+            BhattacharyyaPenalty(gamma_bc, delta, weight_name="gamma_bc"),
         ]
         super().__init__(terms=[*terms, *extra_terms], model_takes_step=True, num_particles=num_particles,
                          max_plate_nesting=max_plate_nesting)
-        if classifier_lr is not None and not classifier_lr > 0:
-            raise ValueError(f"classifier_lr must be > 0 or None, got {classifier_lr!r}")
         self.labelled_group = labelled_group
-        self.classifier_lr = classifier_lr
+        self.classifier_lr = None if classifier_lr is None else finite("classifier_lr", classifier_lr, positive=True)
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The cross-entropy step on the labelled group, before each ELBO step, updating only

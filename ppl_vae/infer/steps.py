@@ -20,6 +20,8 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import nn
 
+from ppl_vae._validation import choice, finite
+
 
 @dataclass(frozen=True)
 class AuxiliaryStep:
@@ -49,12 +51,11 @@ class AuxiliaryStep:
     check_data: Callable[[dict[str, torch.Tensor]], None] | None = None
 
     def __post_init__(self) -> None:
-        if self.when not in ("before", "after"):
-            raise ValueError(f"when must be 'before' or 'after', got {self.when!r}")
+        choice("when", self.when, ("before", "after"))
         if not list(self.parameters):
             raise ValueError(f"auxiliary step {self.name!r} has no parameters to optimise")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.lr is not None:
+            finite("lr", self.lr, positive=True)
 
 
 def auxiliary_steps(objective: object, model: nn.Module) -> list[AuxiliaryStep]:

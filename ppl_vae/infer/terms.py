@@ -67,14 +67,16 @@ def diagonal_normal_parameters(fn: dist.Distribution, site: str) -> tuple[torch.
     raise ValueError(f"site {site!r} must be a diagonal Normal(...).to_event(1), got {type(fn).__name__}")
 
 
-def _kl(guide_site: dict, model_site: dict) -> torch.Tensor:
-    """Per-point KL(q || p) of a latent site: analytic when registered, else ``log q - log p``
-    at the guide's sample."""
+def closed_form_kl(guide_fn: dist.Distribution, model_fn: dist.Distribution) -> torch.Tensor | None:
+    """KL(q || p) per point (q's batch shape, unscaled) in closed form where torch registers one
+    for the pair (:func:`torch.distributions.kl_divergence`), else ``None``, and then the caller
+    estimates it at the guide's sample, ``log q - log p``: the one place that chooses between the
+    two, for the ELBO's KLs (:class:`~ppl_vae.infer.MeanFieldELBO`, which reads the estimate
+    from the traces' scores, scaled and summed as Pyro's) and a capacity's (per point)."""
     try:
-        return kl_divergence(guide_site["fn"], model_site["fn"])
+        return kl_divergence(guide_fn, model_fn)
     except NotImplementedError:
-        value = guide_site["value"]
-        return guide_site["fn"].log_prob(value) - model_site["fn"].log_prob(value)
+        return None
 
 
 def site_points(site: dict) -> torch.Tensor | float:
@@ -155,8 +157,10 @@ class Term:
     when they replace ELBO terms.
 
     :param name: the ``pyro.factor`` site's name, also the name it is logged under.
-    :param weight: w >= 0; 0 computes the term for the log only.
-    :param weight_name: the weight's name in the paper (``"gamma"``, ``"alpha"``), for errors.
+    :param weight: w >= 0; 0 computes the term for the log only. Checked here, once: an
+        objective that builds its terms passes its weights through unchecked.
+    :param weight_name: the weight's name in errors: the term's argument (``"gamma"``,
+        ``"alpha"``), or the objective's that it came from (``"gamma_z"``).
     """
 
     def __init__(self, name: str, weight: float, weight_name: str = "weight") -> None:
@@ -222,10 +226,14 @@ class Capacity(Term):
     :param capacity: C(t), a schedule over the training step (the ``step`` of the
         objective's call, the ``step`` of :class:`TermSites`).
     :param name: the factor's name; default ``"capacity_<site>"``.
+    :param weight_name: gamma's name in errors (an objective passes its own argument's, as
+        :class:`~ppl_vae.infer.PartedELBO` does ``"gamma_z"``).
     """
 
-    def __init__(self, site: str, gamma: float, capacity: LinearSchedule, name: str | None = None) -> None:
-        super().__init__(name or f"capacity_{site}", gamma, "gamma")
+    def __init__(
+        self, site: str, gamma: float, capacity: LinearSchedule, name: str | None = None, *, weight_name: str = "gamma"
+    ) -> None:
+        super().__init__(name or f"capacity_{site}", gamma, weight_name)
         if not isinstance(capacity, LinearSchedule):
             raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
         self.site = site_name("site", site)
@@ -235,7 +243,11 @@ class Capacity(Term):
         """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean.
 
         :param sites: what the term reads for one particle."""
-        kl = all_gather(_kl(sites.guide_site(self.site), sites.model_site(self.site))).mean()
+        guide_site, model_site = sites.guide_site(self.site), sites.model_site(self.site)
+        kl = closed_form_kl(guide_site["fn"], model_site["fn"])
+        if kl is None:
+            kl = guide_site["fn"].log_prob(guide_site["value"]) - model_site["fn"].log_prob(guide_site["value"])
+        kl = all_gather(kl).mean()
         target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ppl_vae._validation import finite, positive_integer
+
 
 def _as_matrix(data: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
     if isinstance(data, torch.Tensor):
@@ -41,12 +43,8 @@ class ContrastivePCA:
     """
 
     def __init__(self, n_components: int = 2, alpha: float = 1.0) -> None:
-        if isinstance(n_components, bool) or not isinstance(n_components, int) or n_components < 1:
-            raise ValueError(f"n_components must be a positive int, got {n_components!r}")
-        if not alpha >= 0:
-            raise ValueError(f"alpha must be >= 0, got {alpha!r}")
-        self.n_components = n_components
-        self.alpha = float(alpha)
+        self.n_components = positive_integer("n_components", n_components)
+        self.alpha = finite("alpha", alpha, low=0)
         self.components: np.ndarray | None = None
         self.eigenvalues: np.ndarray | None = None
         self.mean: np.ndarray | None = None

@@ -28,6 +28,7 @@ from pyro.infer.util import is_validation_enabled
 from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
+from ppl_vae._validation import choice, positive_integer
 from ppl_vae.models.likelihoods import (
     COUNT_LIKELIHOODS,
     LIKELIHOODS,
@@ -125,14 +126,12 @@ class ContrastiveVAE(PyroModule):
         event_shape: Sequence[int] | None = None,
     ) -> None:
         super().__init__(name=unique_pyro_name(type(self).__name__))
-        for name, value in (("salient_dim", salient_dim), ("shared_dim", shared_dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        positive_integer("salient_dim", salient_dim)
+        positive_integer("shared_dim", shared_dim)
         for name, value in (("target_size", target_size), ("background_size", background_size)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-        if likelihood not in CONTRASTIVE_LIKELIHOODS:
-            raise ValueError(f"likelihood must be one of {CONTRASTIVE_LIKELIHOODS}, got {likelihood!r}")
+            if value is not None:
+                positive_integer(name, value)
+        choice("likelihood", likelihood, CONTRASTIVE_LIKELIHOODS)
         self.counts = None
         if likelihood in COUNT_LIKELIHOODS:
             if event_shape is None or len(event_shape) != 1:

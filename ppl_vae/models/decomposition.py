@@ -21,6 +21,7 @@ import pyro.distributions as dist
 import torch
 from torch import nn
 
+from ppl_vae._validation import positive_integer
 from ppl_vae.models.likelihoods import likelihood
 from ppl_vae.models.vae import VAE
 
@@ -100,8 +101,7 @@ class DecompositionVAE(VAE):
         :param x: ``(B, *event)`` data points.
         :param num_samples: draws of z per point (>= 1).
         """
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        positive_integer("num_samples", num_samples)
         loc, scale = self.posterior(x)
         total = x.new_zeros(x.shape[0])
         for _ in range(num_samples):

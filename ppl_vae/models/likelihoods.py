@@ -9,6 +9,7 @@ import pyro.distributions as dist
 import torch
 from torch import nn
 
+from ppl_vae._validation import choice, finite, require
 from ppl_vae.distributions.fixed_scale import FixedScaleLaplace, FixedScaleNormal
 from ppl_vae.nn.precision import full_precision
 
@@ -19,11 +20,12 @@ COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
 
 
 def check_likelihood(name: str, scale: float | None) -> None:
-    """Raise ``ValueError`` for an unknown likelihood name or a non-positive scale."""
-    if name not in LIKELIHOODS:
-        raise ValueError(f"likelihood must be one of {LIKELIHOODS}, got {name!r}")
-    if name != "bernoulli" and (scale is None or not scale > 0):
-        raise ValueError(f"likelihood_scale must be > 0 for a {name} likelihood, got {scale}")
+    """Raise ``ValueError`` for an unknown likelihood name or a scale that is not a finite
+    number > 0 where the likelihood has one."""
+    choice("likelihood", name, LIKELIHOODS)
+    if name != "bernoulli":
+        require("likelihood_scale", scale, scale is not None, f"given for a {name} likelihood")
+        finite("likelihood_scale", scale, positive=True)
 
 
 def likelihood(

@@ -40,6 +40,7 @@ from pyro.nn import PyroModule, pyro_method
 from torch import nn
 from torch.nn import functional as F
 
+from ppl_vae._validation import finite, positive_integer
 from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
@@ -117,14 +118,12 @@ class PartedVAE(PyroModule):
         class_prior_init: str = "zeros",
     ) -> None:
         super().__init__(name=unique_pyro_name(type(self).__name__))
-        if isinstance(z_dim, bool) or not isinstance(z_dim, int) or z_dim < 1:
-            raise ValueError(f"z_dim must be a positive integer, got {z_dim!r}")
+        positive_integer("z_dim", z_dim)
         u_dims = _u_sizes(num_classes, u_dims)
         num_classes = _as_sizes(num_classes, "num_classes")
-        if not (isinstance(temperature, (int, float)) and temperature > 0):
-            raise ValueError(f"temperature must be > 0, got {temperature!r}")
-        if data_size is not None and data_size < 1:
-            raise ValueError(f"data_size must be >= 1 or None, got {data_size}")
+        finite("temperature", temperature, positive=True)
+        if data_size is not None:
+            positive_integer("data_size", data_size)
         check_likelihood(likelihood, likelihood_scale)
         prior = prior if prior is not None else StandardNormalPrior(z_dim)
         if getattr(prior, "dim", z_dim) != z_dim:

@@ -16,6 +16,7 @@ from pyro import poutine
 from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
+from ppl_vae._validation import positive_integer
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.nn import GaussianHead
 
@@ -29,9 +30,7 @@ class StandardNormalPrior(nn.Module):
 
     def __init__(self, dim: int) -> None:
         super().__init__()
-        if dim < 1:
-            raise ValueError(f"dim must be >= 1, got {dim}")
-        self.dim = int(dim)
+        self.dim = positive_integer("dim", dim)
         self.register_buffer("loc", torch.zeros(dim))
         self.register_buffer("scale", torch.ones(dim))
 
@@ -123,10 +122,9 @@ class VAE(PyroModule):
         data_size: int | None = None,
     ) -> None:
         super().__init__(name=unique_pyro_name(type(self).__name__))
-        if isinstance(latent_dim, bool) or not isinstance(latent_dim, int) or latent_dim < 1:
-            raise ValueError(f"latent_dim must be a positive integer, got {latent_dim!r}")
-        if data_size is not None and data_size < 1:
-            raise ValueError(f"data_size must be >= 1 or None, got {data_size}")
+        positive_integer("latent_dim", latent_dim)
+        if data_size is not None:
+            positive_integer("data_size", data_size)
         check_likelihood(likelihood, likelihood_scale)
         prior = prior if prior is not None else StandardNormalPrior(latent_dim)
         if getattr(prior, "dim", latent_dim) != latent_dim:

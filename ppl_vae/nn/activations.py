@@ -1,12 +1,10 @@
 """Activations chosen by name in the networks' and recipes' settings."""
 from __future__ import annotations
 
-import math
-
 from torch import nn
 
-#: The activation names :func:`activation` accepts.
-ACTIVATIONS = ("relu", "leaky_relu", "identity")
+from ppl_vae._constants import ACTIVATIONS
+from ppl_vae._validation import choice, finite
 
 
 def activation(name: str, negative_slope: float = 0.01) -> nn.Module:
@@ -17,12 +15,8 @@ def activation(name: str, negative_slope: float = 0.01) -> nn.Module:
     :param negative_slope: the slope of ``"leaky_relu"`` for negative inputs.
     :raises ValueError: an unknown ``name`` or a negative or non-finite ``negative_slope``.
     """
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
-    if isinstance(negative_slope, bool) or not isinstance(negative_slope, (int, float)) or not (
-        math.isfinite(negative_slope) and negative_slope >= 0
-    ):
-        raise ValueError(f"negative_slope must be a finite number >= 0, got {negative_slope!r}")
+    choice("activation", name, ACTIVATIONS)
+    finite("negative_slope", negative_slope, low=0)
     if name == "relu":
         return nn.ReLU(inplace=True)
     if name == "identity":

@@ -7,10 +7,9 @@ from itertools import pairwise
 import torch
 from torch import nn
 
+from ppl_vae._constants import CONTRASTIVE, DISCRIMINATORS
+from ppl_vae._validation import choice
 from ppl_vae.nn.precision import full_precision
-
-#: The ``kind`` names :class:`TCDiscriminator` accepts.
-DISCRIMINATORS = ("linear", "mlp")
 
 
 class TCDiscriminator(nn.Module):
@@ -25,15 +24,13 @@ class TCDiscriminator(nn.Module):
     ``logit = 0`` for any dependence between s and z, so with ``"linear"`` the TC estimate
     (and its gradient) stays near zero. Use ``"mlp"`` for a TC term that can see dependence.
 
-    :param kind: ``"linear"`` or ``"mlp"``.
+    :param kind: ``"linear"`` (the default) or ``"mlp"``.
     :param hidden: widths of the hidden layers of ``"mlp"`` (ignored by ``"linear"``).
     """
 
-    def __init__(self, kind: str = "linear", hidden: Sequence[int] = (64, 64)) -> None:
+    def __init__(self, kind: str = CONTRASTIVE.discriminator, hidden: Sequence[int] = (64, 64)) -> None:
         super().__init__()
-        if kind not in DISCRIMINATORS:
-            raise ValueError(f"discriminator must be one of {DISCRIMINATORS}, got {kind!r}")
-        self.kind = kind
+        self.kind = choice("discriminator", kind, DISCRIMINATORS)
         self.hidden = tuple(int(h) for h in hidden)
         self.input_dim: int | None = None
         self.net: nn.Module | None = None

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ppl_vae._validation import finite
 from ppl_vae.nn.precision import full_precision
 
 
@@ -27,8 +28,7 @@ class GaussianHead(nn.Module):
         self, in_features: int, out_features: int, bias: bool = True, min_scale: float = 1e-4
     ) -> None:
         super().__init__()
-        if min_scale < 0:
-            raise ValueError(f"min_scale must be >= 0, got {min_scale}")
+        finite("min_scale", min_scale, low=0)
         self.loc = nn.Linear(in_features, out_features, bias=bias)
         self.raw_scale = nn.Linear(in_features, out_features, bias=bias)
         self.min_scale = float(min_scale)

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from torch import nn
 
-#: The ``scheme`` names :func:`initialise` accepts.
-WEIGHT_INITS = ("torch", "glorot")
+from ppl_vae._constants import WEIGHT_INITS
+from ppl_vae._validation import choice
+
 _LAYERS = (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)
 
 
@@ -18,8 +19,7 @@ def initialise(module: nn.Module, scheme: str) -> nn.Module:
     :param scheme: ``"torch"`` or ``"glorot"``.
     :raises ValueError: an unknown ``scheme``.
     """
-    if scheme not in WEIGHT_INITS:
-        raise ValueError(f"weight init scheme must be one of {WEIGHT_INITS}, got {scheme!r}")
+    choice("weight init scheme", scheme, WEIGHT_INITS)
     if scheme == "glorot":
         for layer in module.modules():
             if isinstance(layer, _LAYERS):

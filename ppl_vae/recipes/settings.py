@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -261,10 +262,21 @@ def check_types(config: Any) -> None:
         setattr(config, field.name, parse_value(field.name, hint, getattr(config, field.name), from_text=False))
 
 
-def require(name: str, value: Any, holds: bool, expected: str) -> None:
-    """Raise :class:`SettingError` ``"{name} must be {expected}, got {value!r}"`` unless ``holds``."""
-    if not holds:
-        raise SettingError(f"{name} must be {expected}, got {shown(value)}")
+def refused_as_setting_errors(validate: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``validate`` (a config's ``__post_init__``, whose range checks are those of
+    :mod:`ppl_vae._validation`), its ``ValueError`` s raised as :class:`SettingError` with the
+    same message: a config refuses a value in the words an objective or a model would."""
+
+    @functools.wraps(validate)
+    def validated(config: Any) -> None:
+        try:
+            validate(config)
+        except SettingError:
+            raise
+        except ValueError as error:
+            raise SettingError(str(error)) from None
+
+    return validated
 
 
 def param_docs(cls: type) -> dict[str, str]:
