@@ -1,5 +1,4 @@
-"""Does ``torch.compile`` pay on the library's training iteration, and can it replace the
-hand-made replay (:class:`~ppl_vae.infer.ReplayedLoss`)? Issue #27.
+"""Does ``torch.compile`` pay on the library's training iteration? Issue #27.
 
 For each workload of :mod:`overhead` (Decomposition, Parted, Contrastive; smaller settings by
 flags) one :class:`~ppl_vae.infer.TrainingIteration` in a plain loop (as ``harness.plain_loop``)
@@ -12,8 +11,7 @@ is built, on fresh networks from the workload's seed, in these variants:
 - ``loss_opt``: the same compiled loss and every optimiser's ``step`` compiled
   (``torch.compile(optimizer.step)``, the PyTorch recipe for compiling an optimiser);
 - ``step``: ``torch.compile`` of one function that runs the whole iteration (auxiliary steps,
-  loss, backward, optimiser steps: ``TrainingIteration.__call__``), tensor step;
-- ``replay``: ``harness.plain_loop(workload, replay=True)``, where the workload is replayable.
+  loss, backward, optimiser steps: ``TrainingIteration.__call__``), tensor step.
 
 Inductor's ``fallback_random`` is set so that compiled random draws (``rsample``, the
 discriminator's permutation, the MMD's prior draws) take torch's eager generator in the eager
@@ -21,7 +19,7 @@ order: :func:`check_equal` then compares loss, gradients and parameters after a 
 against eager on the same seed and prints the largest absolute difference.
 
 Timing: CPU time (``time.process_time``) per iteration, the variants interleaved iteration by
-iteration (eager, loss, ..., replay, eager, ...), after a warm-up whose first call (the
+iteration (eager, loss, ..., step, eager, ...), after a warm-up whose first call (the
 compilation) is timed separately (wall and CPU seconds). Per variant: the median over all timed
 iterations of the paired ratio ``variant_i / eager_i``, the spread of the per-round medians of
 that ratio (min-max) and the interquartile range of the paired ratios. Graph breaks, graphs
@@ -48,17 +46,17 @@ from typing import Any
 import pyro
 import torch
 import torch._dynamo
-from harness import DSPRITES_IMAGES, Workload, adam, plain_loop, replayable
+from harness import DSPRITES_IMAGES, Workload, adam
 from overhead import workloads as overhead_workloads
 from reporting import machine_description, write_results
 from torch._dynamo.utils import counters
 
-from ppl_vae.infer import ReplayedLoss, TrainingIteration, auxiliary_modules
+from ppl_vae.infer import TrainingIteration
 from ppl_vae.infer.iteration import step_inputs
 from ppl_vae.infer.steps import training_loss
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "compile_step.json"
-VARIANTS = ("eager", "loss", "loss_opt", "step", "replay")
+VARIANTS = ("eager", "loss", "loss_opt", "step")
 Step = Callable[[], None]
 BACKEND = {"backend": "inductor"}  # torch.compile's backend (--backend; "eager" checks capture only)
 
@@ -100,8 +98,6 @@ def build_iteration(workload: Workload, variant: str) -> tuple[TrainingIteration
 
 def make_loop(workload: Workload, variant: str, seed: int = 0) -> Step:
     """One iteration per call of ``variant`` on the workload's batches, Pyro's validation off."""
-    if variant == "replay":
-        return plain_loop(workload, replay=True)
     _, call, tensor_step = build_iteration(workload, variant)
     batches, counter = workload.batches(seed), itertools.count()
 
@@ -121,13 +117,7 @@ def check_equal(workload: Workload, variant: str, iterations: int = 3, seed: int
     runs = {}
     for name in ("eager", variant):
         pyro.clear_param_store()
-        if name == "replay":
-            model, objective = workload.build()
-            loss = ReplayedLoss(objective, model.model, model.guide, [model, *auxiliary_modules(objective).values()])
-            iteration = TrainingIteration(model, objective, workload.lr, optimizer=adam, elbo_loss=loss)
-            call, tensor_step = iteration, False
-        else:
-            iteration, call, tensor_step = build_iteration(workload, name)
+        iteration, call, tensor_step = build_iteration(workload, name)
         model_params = [p for group in getattr(iteration.optimizers[0], "optimizer", iteration.optimizers[0]).param_groups
                         for p in group["params"]]
         batches = workload.batches(seed)
@@ -294,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for workload in overhead_workloads(args):
-        variants = [v for v in args.variants if v != "replay" or replayable(workload)]
-        print(f"\n{workload.name}: variants {variants}", flush=True)
+        print(f"\n{workload.name}: variants {args.variants}", flush=True)
         record: dict[str, Any] = {"batch_sizes": workload.batch_sizes, "settings": workload.description}
         if not args.skip_checks:
             record["explain_loss"] = explain_loss(workload)
@@ -304,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             for reason, count in record["explain_loss"]["break_reasons"].items():
                 print(f"    {count} x {reason}")
             record["equality"] = {}
-            for variant in variants:
+            for variant in args.variants:
                 if variant != "eager":
                     torch._dynamo.reset()
                     record["equality"][variant] = check_equal(workload, variant)
@@ -312,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.explain_only:
             results[workload.name] = record
             continue
-        measured = measure(workload, variants, args.rounds, args.steps, args.warmup)
+        measured = measure(workload, args.variants, args.rounds, args.steps, args.warmup)
         record["variants"] = summarise(measured)
         record["dynamo_during_timed_iterations"] = measured["dynamo_timed"]
         record["seconds"] = measured["seconds"]

@@ -10,12 +10,9 @@ The loops are alternated per setting:
   that synchronises the device at the first timed batch and at the last;
 - ``engine_bf16``: the same with ``precision="bf16-mixed"`` (networks in bfloat16, losses in
   float32);
-- ``engine_replay`` (DecompositionVAE; PartedVAE's loss changes every step): the float32
-  engine with ``replay_loss=True``, its ELBO loss recorded once and replayed
-  (:class:`~ppl_vae.infer.ReplayedLoss`), which saves the per-step Python that a GPU waits on;
 - ``engine_blocks``: the float32 engine taking ``--iterations-per-training-step`` iterations
   (default 10) per Lightning training step, which spreads Lightning's per-batch cost (about
-  1 ms of host time, which a fast GPU waits on) over them (with ``engine_replay``, also replayed);
+  1 ms of host time, which a fast GPU waits on) over them;
 - ``torch``: the hand-written float32 PyTorch iteration of :mod:`overhead` with the same
   networks and losses, data on the GPU (the floor).
 
@@ -44,7 +41,6 @@ from harness import (
     Workload,
     add_timing_arguments,
     floor_loop,
-    replayable,
     round_to_training_steps,
     summarise,
     time_engine,
@@ -79,16 +75,13 @@ def measure(
     workload: Workload, steps: int, warmup: int, rounds: int, device: str, iterations_per_training_step: int
 ) -> dict[str, dict]:
     """Seconds per iteration of each loop (module docstring), alternated ``rounds`` times."""
-    replay = replayable(workload)
-    blocks = {"iterations_per_training_step": iterations_per_training_step, "replay_loss": replay}
     loops = {
         "engine": lambda: time_engine(workload, steps, warmup, device=device),
         "engine_bf16": lambda: time_engine(workload, steps, warmup, device=device, precision="bf16-mixed"),
-        "engine_blocks": lambda: time_engine(workload, steps, warmup, device=device, **blocks),
+        "engine_blocks": lambda: time_engine(workload, steps, warmup, device=device,
+                                             iterations_per_training_step=iterations_per_training_step),
         "torch": lambda: time_steps(floor_loop(workload, device), steps, warmup, device),
     }
-    if replay:
-        loops["engine_replay"] = lambda: time_engine(workload, steps, warmup, device=device, replay_loss=True)
     seconds: dict[str, list[float]] = {name: [] for name in loops}
     for index in range(rounds):
         for name, run in loops.items():

@@ -33,14 +33,7 @@ from torch import nn
 from ppl_vae import fit
 from ppl_vae._storage import stored_as_float
 from ppl_vae.data import DSprites
-from ppl_vae.infer import (
-    MeanFieldELBO,
-    ReplayedLoss,
-    TrainingIteration,
-    auxiliary_modules,
-    auxiliary_steps,
-    replay_obstacle,
-)
+from ppl_vae.infer import MeanFieldELBO, TrainingIteration, auxiliary_modules, auxiliary_steps
 from ppl_vae.infer.iteration import step_inputs
 
 DSPRITES_IMAGES = 737_280
@@ -150,20 +143,11 @@ def svi_loop(workload: Workload) -> Step:
     return iteration
 
 
-def replayable(workload: Workload) -> bool:
-    """Whether the workload's loss can be recorded once and replayed."""
+def plain_loop(workload: Workload) -> Step:
+    """The library's :class:`~ppl_vae.infer.TrainingIteration` (foreach Adam) in a plain loop,
+    Pyro's validation off."""
     model, objective = workload.build()
-    return replay_obstacle(objective, [model, *auxiliary_modules(objective).values()]) is None
-
-
-def plain_loop(workload: Workload, replay: bool = False) -> Step:
-    """The library's :class:`~ppl_vae.infer.TrainingIteration` (foreach Adam; with ``replay`` its
-    ELBO loss recorded once and replayed) in a plain loop, Pyro's validation off."""
-    model, objective = workload.build()
-    loss = None
-    if replay:
-        loss = ReplayedLoss(objective, model.model, model.guide, [model, *auxiliary_modules(objective).values()])
-    iteration = TrainingIteration(model, objective, workload.lr, optimizer=adam, elbo_loss=loss)
+    iteration = TrainingIteration(model, objective, workload.lr, optimizer=adam)
     batches, counter = workload.batches(), itertools.count()
 
     def step() -> None:
@@ -260,8 +244,7 @@ def measure(workload: Workload, steps: int, warmup: int, rounds: int, **engine_s
     per_round = []
     for index in range(rounds):
         pyro.clear_param_store()
-        others = {"torch": floor_loop(workload), "svi": svi_loop(workload),
-                  "plain": plain_loop(workload, bool(engine_settings.get("replay_loss")))}
+        others = {"torch": floor_loop(workload), "svi": svi_loop(workload), "plain": plain_loop(workload)}
         if workload.authors is not None:
             others["authors"] = floor_loop(workload, authors=True)
         timer = InterleavedTimer(others, warmup)

@@ -14,9 +14,8 @@ For each model one training iteration is timed four (Parted: five) ways, on the 
   implementations of one formula. That the library's objectives compute these equations is
   pinned by ``tests/infer/test_paper_equations.py``.
 - ``svi``: ``pyro.infer.SVI`` with ``pyro.optim.Adam``, auxiliary steps by ``torch.optim.Adam``.
-- ``plain``: the library's :class:`~ppl_vae.infer.TrainingIteration` in a plain loop; with
-  ``--replay-loss`` its ELBO loss recorded once and replayed where the model allows it.
-- ``engine``: ``ppl_vae.fit`` (``--replay-loss``: ``TrainConfig.replay_loss``).
+- ``plain``: the library's :class:`~ppl_vae.infer.TrainingIteration` in a plain loop.
+- ``engine``: ``ppl_vae.fit``.
 - ``authors`` (PartedVAE): the floor with the authors' classifier step, which reshuffles and
   copies the whole labelled set every iteration to draw one batch (reproduced from its
   description), on the same weights in PyTorch's default layers (NCHW, out-of-place ReLUs).
@@ -33,7 +32,7 @@ Printed and written as JSON per loop: the median over rounds of the round median
 its ratio to ``torch``, and the *paired* ratio, the median over all timed iterations of
 ``loop_i / torch_i`` (and, for PartedVAE, ``/ authors_i``), the figure to read.
 
-    python benchmarks/overhead.py --replay-loss --threads 1 --rounds 1 --steps 20 --warmup 4
+    python benchmarks/overhead.py --threads 1 --rounds 1 --steps 20 --warmup 4
     python benchmarks/overhead.py --quick --json out.json  # seconds: checks the harness, not speed
 """
 from __future__ import annotations
@@ -61,7 +60,6 @@ from harness import (
     measure,
     paired_ratio,
     print_table,
-    replayable,
     round_to_training_steps,
     summarise,
     take_step,
@@ -255,8 +253,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="PartedVAE's labelled set (default 0.5%% of dSprites)")
     add_timing_arguments(parser, DEFAULT_JSON, steps=15, warmup=3, rounds=5)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--replay-loss", action="store_true",
-                        help="plain loop and engine replay their recorded loss where the model allows it")
     parser.add_argument("--iterations-per-training-step", type=int, default=1,
                         help="the engine's TrainConfig.iterations_per_training_step (--steps and --warmup are rounded up to multiples)")
     args = parser.parse_args(argv)
@@ -270,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for workload in workloads(args):
-        replay = args.replay_loss and replayable(workload)
-        per_round = measure(workload, args.steps, args.warmup, args.rounds, replay_loss=replay,
+        per_round = measure(workload, args.steps, args.warmup, args.rounds,
                             iterations_per_training_step=args.iterations_per_training_step)
         rows = summarise({name: [statistics.median(r[name]) for r in per_round] for name in per_round[0]},
                          sum(workload.batch_sizes.values()))
@@ -280,11 +275,10 @@ def main(argv: list[str] | None = None) -> int:
                 if reference in rows:
                     row[f"paired_ratio_to_{reference}"] = paired_ratio(per_round, name, reference)
         results[workload.name] = {"loops": rows, "batch_sizes": workload.batch_sizes,
-                                  "settings": workload.description, "engine_replay_loss": replay}
+                                  "settings": workload.description}
     print(f"\n{args.threads} thread(s), {args.rounds} rounds x {args.steps} iterations after {args.warmup} warm-up")
     for name, result in results.items():
-        replayed = ", replayed loss" if result["engine_replay_loss"] else ""
-        print_table(f"{name} (batch {result['batch_sizes']}{replayed})", result["loops"])
+        print_table(f"{name} (batch {result['batch_sizes']})", result["loops"])
     print()
     write_results(args.json, {"models": results, "settings": vars(args) | {"json": str(args.json)},
                               "machine": machine_description()})

@@ -54,7 +54,8 @@ def test_resuming_a_finished_run_from_the_command_line_changes_no_file(tmp_path)
         (["train", "--resume", "/nonexistent/run"], "run directory '/nonexistent/run' does not exist"),
         (["evaluate", "/nonexistent/run"], "run directory '/nonexistent/run' does not exist"),
         (["train"], "train needs MODEL or --resume"),
-        (["train", "parted", "--demo-settings", "--steps", "1", "--set", "train.replay_loss=true"], "training step"),
+        (["train", "parted", "--demo-settings", "--steps", "1", "--set", 'train.lr_plateau={"discriminator": {}}'],
+         "lr_plateau names steps ['discriminator'] that this objective does not take"),
     ],
 )
 def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys):
@@ -63,12 +64,11 @@ def test_bad_input_prints_one_line_and_exits_2(argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
 
 
-def test_a_replayed_loss_in_blocks_of_iterations_trains_a_recipe_from_the_command_line(tmp_path):
+def test_blocks_of_iterations_train_a_recipe_from_the_command_line(tmp_path):
     run = tmp_path / "run"
-    settings = ["--set", "train.replay_loss=true", "--set", "train.iterations_per_training_step=3"]
-    assert main(["train", "vae", "--run-dir", str(run), *TINY, *settings]) == 0
+    assert main(["train", "vae", "--run-dir", str(run), *TINY, "--set", "train.iterations_per_training_step=3"]) == 0
     train = json.loads((run / "config.json").read_text())["config"]["train"]
-    assert train["replay_loss"] is True and train["iterations_per_training_step"] == 3
+    assert train["iterations_per_training_step"] == 3
     assert json.loads((run / "metrics.json").read_text())["final_losses"]["step"] == 4
 
 

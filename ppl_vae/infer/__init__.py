@@ -15,7 +15,6 @@ from ppl_vae.infer.parted import (
     PartedELBO,
     classification_loss,
 )
-from ppl_vae.infer.replay import ReplayedLoss, replay_obstacle
 from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
 from ppl_vae.infer.terms import Capacity, Term, TermSites
@@ -45,7 +44,6 @@ __all__ = [
     "LinearSchedule",
     "MeanFieldELBO",
     "PartedELBO",
-    "ReplayedLoss",
     "aggregate_log_density",
     "auxiliary_modules",
     "auxiliary_steps",
@@ -54,5 +52,4 @@ __all__ = [
     "inclusive_kl",
     "mmd_dimensionwise",
     "permute_shared",
-    "replay_obstacle",
 ]

@@ -68,9 +68,9 @@ class TrainingIteration:
     :param lr: the learning rate of every optimiser whose step names none.
     :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
     :param elbo_loss: the ELBO step as ``(step=t, **batch) -> TrainingLoss``; default
-        ``objective.training_loss(model.model, model.guide, step=t, **batch)``
-        (``ppl_vae.infer.steps.training_loss``; a :class:`~ppl_vae.infer.ReplayedLoss`
-        fits here).
+        ``ppl_vae.infer.steps.training_loss(objective, model.model, model.guide)``, the
+        objective's ``training_loss`` (or its ``differentiable_loss``). Any callable of that
+        signature takes its place, e.g. the default wrapped by ``torch.compile``.
     :param backward: ``loss -> None``, how a loss is backpropagated (default
         ``loss.backward()``; the engine passes Lightning's ``manual_backward``).
     :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-__all__ = ["LinearCapacity", "LinearSchedule", "holds_schedule"]
+__all__ = ["LinearCapacity", "LinearSchedule"]
 
 
 def _finite(value: float, name: str) -> float:
@@ -49,29 +49,6 @@ def _check_step(step: int | torch.Tensor) -> int | torch.Tensor:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a non-negative integer or a 0-dim tensor, got {step!r}")
     return step
-
-
-def holds_schedule(*components: object) -> bool:
-    """Whether any of ``components`` (an object, a module with its submodules, or a sequence of
-    them) keeps a :class:`LinearSchedule` among its attributes, i.e. computes something that
-    changes with the training step.
-
-    :param components: the objects searched (e.g. an objective and a model), through their
-        attributes, submodules and the items of lists and tuples."""
-    pending, seen = list(components), set()
-    while pending:
-        item = pending.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, LinearSchedule):
-            return True
-        if isinstance(item, (list, tuple)):
-            pending.extend(item)
-        elif hasattr(item, "__dict__") and not isinstance(item, type):
-            pending.extend(vars(item).values())
-            pending.extend(getattr(item, "_modules", {}).values())
-    return False
 
 
 class LinearSchedule:

@@ -108,11 +108,6 @@ class TrainConfig:
         outputs at the boundary, :mod:`ppl_vae.nn`). :func:`~ppl_vae.fit` warns where the
         device has no native bfloat16 (it would be emulated, and slower than float32).
     :param validate: Pyro's argument validation (slower; on in tests, off in training).
-    :param replay_loss: record the ELBO step's loss once per batch shape and replay the
-        recorded tensor program on later steps (:class:`~ppl_vae.infer.replay.ReplayedLoss`):
-        the same values and gradients without Pyro's per-step Python, for models of static
-        structure. Refused for objectives or models with a training-step schedule (PartedVAE),
-        with ``validate``, ``"bf16-mixed"`` and more than one process.
     :param progress_bar: Lightning's progress bar on stdout, redrawn at every step on a
         terminal and about 20 times in all elsewhere (Jupyter, a log file), where each
         redraw is a new line or message.
@@ -145,7 +140,6 @@ class TrainConfig:
     iterations_per_training_step: int = 1
     precision: str = "32-true"
     validate: bool = False
-    replay_loss: bool = False
     progress_bar: bool = True
     batch_sizes: dict[str, int] = field(default_factory=dict)
     loggers: tuple[str, ...] = ("csv",)
@@ -160,7 +154,7 @@ class TrainConfig:
         if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
             raise ValueError(f"betas must be two numbers in [0, 1), got {shown(self.betas)}")
         self.betas = tuple(finite("betas", b, low=0.0, high=1.0) for b in self.betas)
-        for name in ("amsgrad", "data_on_device", "validate", "replay_loss", "progress_bar"):
+        for name in ("amsgrad", "data_on_device", "validate", "progress_bar"):
             boolean(name, getattr(self, name))
         self.lr_plateau = _plateau_schedules(self.lr_plateau)
         if not isinstance(self.batch_sizes, dict):
@@ -183,15 +177,6 @@ class TrainConfig:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {shown(self.device)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {shown(self.precision)}")
-        if self.replay_loss:
-            conflicts = {
-                "validate=True": self.validate,
-                f"precision={shown(self.precision)}": self.precision != "32-true",
-                "more than one process": self.devices * self.num_nodes > 1,
-            }
-            named = [name for name, conflict in conflicts.items() if conflict]
-            if named:
-                raise ValueError(f"replay_loss=True cannot be combined with {', '.join(named)}")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

@@ -21,7 +21,6 @@ from torch import nn
 
 from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.iteration import TrainingIteration
-from ppl_vae.infer.replay import ReplayedLoss, batch_signature
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
 from ppl_vae.train.checkpoint import tensor_digest
@@ -112,7 +111,7 @@ class SVIModule(L.LightningModule):
     :param objective: the ELBO (a :class:`~ppl_vae.infer.MeanFieldELBO` and its presets, or a
         plain Pyro ELBO), with its auxiliary steps and modules.
     :param config: the training settings (learning rate, logging and checkpoint intervals,
-        ``replay_loss``, ``data_on_device``, ...).
+        ``data_on_device``, ...).
     :param batches: the minibatches of the run, ``{group: {key: tensor (B_g, ...)}}`` each;
         sharded over processes and moved to the device when training starts.
     :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
@@ -135,12 +134,8 @@ class SVIModule(L.LightningModule):
         self.batches = batches
         self.auxiliary = nn.ModuleDict(auxiliary_modules(objective))
         self.elbo_arguments = dict(elbo_arguments or {})
-        replayed = None
-        if config.replay_loss:
-            batch_signature(self.elbo_arguments)  # refuses what a recording cannot take, before training
-            replayed = ReplayedLoss(objective, model.model, model.guide, [model, *self.auxiliary.values()])
         self.training_iteration = TrainingIteration(
-            model, objective, lr=config.lr, optimizer=self._adam, elbo_loss=replayed, backward=self.manual_backward,
+            model, objective, lr=config.lr, optimizer=self._adam, backward=self.manual_backward,
             elbo_arguments=self.elbo_arguments,
         )
         self.steps: list[AuxiliaryStep] = self.training_iteration.steps

@@ -63,15 +63,6 @@ def test_overhead_runs_one_model_alone(tmp_path):
     result = run_benchmark("overhead.py", tmp_path / "contrastive.json", "--quick", "--models", "contrastive")
     assert list(result["models"]) == ["contrastive"]
     assert result["models"]["contrastive"]["batch_sizes"] == {"target": 16, "background": 16}
-    assert result["models"]["contrastive"]["engine_replay_loss"] is False
-
-
-def test_overhead_replays_the_engine_loss_where_the_model_allows_it(tmp_path):
-    result = run_benchmark("overhead.py", tmp_path / "replay.json", "--quick", "--replay-loss", "--models", "contrastive", "parted")
-    assert result["models"]["contrastive"]["engine_replay_loss"] is True
-    assert result["models"]["parted"]["engine_replay_loss"] is False
-    for model in result["models"].values():
-        assert_timing_row(model["loops"]["engine"])
 
 
 def test_overhead_times_the_engine_in_blocks_of_iterations(tmp_path):
@@ -92,8 +83,7 @@ def test_gpu_throughput_harness_measures_both_models_on_the_cpu(tmp_path):
     result = run_benchmark("gpu_throughput.py", tmp_path / "gpu_cpu.json", "--quick", "--device", "cpu")
     assert {(row["model"], row["batch_size"]) for row in result["rows"]} == {("parted", 8), ("decomposition", 8)}
     for row in result["rows"]:
-        replayed = {"engine_replay"} if row["model"] == "decomposition" else set()
-        assert set(row["loops"]) == {"engine", "engine_bf16", "engine_blocks", "torch"} | replayed
+        assert set(row["loops"]) == {"engine", "engine_bf16", "engine_blocks", "torch"}
         for loop in row["loops"].values():
             assert_timing_row(loop)
             assert loop["epoch_seconds"] == pytest.approx(737_280 / loop["images_per_second"])

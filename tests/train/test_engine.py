@@ -9,17 +9,10 @@ import torch
 from pyro.infer import SVI, Trace_ELBO, TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.infer import (
-    AuxiliaryStep,
-    ContrastiveELBO,
-    DecompositionELBO,
-    LinearCapacity,
-    PartedELBO,
-    TrainingLoss,
-)
-from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
+from ppl_vae.infer import AuxiliaryStep, DecompositionELBO, TrainingLoss
+from ppl_vae.models import VAE
 from ppl_vae.nn import MLP, mlp_decoder
-from ppl_vae.train import CheckpointError, NonFiniteLossError, RunDirectoryExistsError, TrainConfig, read_checkpoint
+from ppl_vae.train import CheckpointError, NonFiniteLossError, RunDirectoryExistsError, read_checkpoint
 
 FAST = dict(progress_bar=False, log_every_n_steps=5, batch_size=32, lr=1e-2)
 
@@ -314,35 +307,7 @@ def test_adam_is_fused_on_cuda_parameters_and_foreach_elsewhere():
     assert optimizer.defaults["foreach"] is True
 
 
-def test_replayed_loss_trains_to_the_history_and_parameters_of_the_eager_loss():
-    generator = torch.Generator().manual_seed(3)
-    data = {"target": torch.randn(64, 6, generator=generator), "background": torch.randn(64, 6, generator=generator)}
-    runs = []
-    for replay in (False, True):
-        torch.manual_seed(0)
-        model = ContrastiveVAE.mlp((6,), 2, 2, hidden=8, likelihood="gaussian", likelihood_scale=0.5)
-        result = fit(model, ContrastiveELBO(gamma=1.0), data, steps=12, replay_loss=replay, **FAST)
-        runs.append((result.history, [p.detach().clone() for p in model.parameters()]))
-    (eager_history, eager_parameters), (replayed_history, replayed_parameters) = runs
-    assert [r.keys() for r in replayed_history] == [r.keys() for r in eager_history]
-    for eager, replayed in zip(eager_history, replayed_history, strict=True):
-        assert replayed == pytest.approx(eager, rel=1e-5)
-    for eager, replayed in zip(eager_parameters, replayed_parameters, strict=True):
-        torch.testing.assert_close(replayed, eager)
-
-
-def test_replay_loss_names_what_it_cannot_be_combined_with(data):
-    for conflict, expected in (({"validate": True}, "validate=True"), ({"precision": "bf16-mixed"}, "precision"),
-                               ({"devices": 2}, "more than one process")):
-        with pytest.raises(ValueError, match=expected):
-            TrainConfig(replay_loss=True, **conflict)
-    parted = PartedVAE.mlp((8,), z_dim=2, num_classes=3, u_dims=1, hidden=(8,))
-    elbo = PartedELBO(z_capacity=LinearCapacity(0.0, 5.0, 100), u_capacity=LinearCapacity(0.0, 5.0, 100))
-    with pytest.raises(ValueError, match="training step"):
-        fit(parted, elbo, data, steps=2, replay_loss=True, **FAST)
-
-
-def test_elbo_arguments_reach_the_objective_on_every_step_and_a_replayed_loss_refuses_a_whole_data_aggregate(data):
+def test_elbo_arguments_reach_the_objective_on_every_step(data):
     runs = []
     for elbo_arguments in ({}, {"aggregate_data": {"x": data["x"]}}):
         model = small_vae()
@@ -351,9 +316,6 @@ def test_elbo_arguments_reach_the_objective_on_every_step_and_a_replayed_loss_re
         assert all(math.isfinite(v) for record in result.history for v in record.values())
         runs.append([p.detach().clone() for p in model.parameters()])
     assert any(not torch.equal(a, b) for a, b in zip(*runs, strict=True))
-    with pytest.raises(ValueError, match="tensors only.*'aggregate_data'"):
-        fit(small_vae(), DecompositionELBO(alpha=1.0, divergence="inclusive_kl"), data, steps=2, replay_loss=True,
-            elbo_arguments={"aggregate_data": {"x": data["x"]}}, **FAST)
 
 
 def test_the_decomposition_recipe_passes_the_whole_training_set_as_an_argument_when_it_aggregates_over_it():
