@@ -130,3 +130,21 @@ def test_a_config_refuses_an_objectives_unknown_choice_in_its_words(config, obje
         getattr(infer, objective)(**{setting: value})
     assert str(refused_by_config.value) == str(refused_by_objective.value)
     assert str(refused_by_config.value).startswith(f"{setting} must be one of")
+
+
+def test_a_saved_config_with_a_retired_setting_loads_with_a_warning():
+    """Runs saved by earlier versions hold ``train.replay_loss``: they still load (the setting
+    is ignored with a warning), while an unknown name is still refused."""
+    saved = config_to_dict(PartedConfig())
+    saved["train"]["replay_loss"] = True
+    with pytest.warns(UserWarning, match=r"train\.replay_loss no longer exists"):
+        config = config_from_dict(PartedConfig, saved)
+    assert config == PartedConfig()
+    saved["train"]["replay_losses"] = False
+    with pytest.raises(SettingError, match="unknown setting 'train.replay_losses'"):
+        config_from_dict(PartedConfig, saved)
+
+
+def test_a_retired_setting_given_on_the_command_line_is_refused():
+    with pytest.raises(SettingError, match="unknown setting 'train.replay_loss'"):
+        with_overrides(PartedConfig(), {"train.replay_loss": "true"})

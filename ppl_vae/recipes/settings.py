@@ -18,6 +18,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,14 +327,20 @@ def config_from_dict(config_class: type, values: Mapping[str, Any], prefix: str 
     :param values: setting name -> value, groups as nested mappings; missing ones keep their defaults.
     :param prefix: the dotted name of the group ``values`` belongs to (``"train."``), for messages.
     :raises SettingError: for an unknown setting (with close names), a value of the wrong
-        type, or a value out of range (naming the setting and the value).
+        type, or a value out of range (naming the setting and the value). A setting the
+        class lists in its ``retired_settings`` (one that older versions wrote) warns and is
+        ignored.
     """
     if not isinstance(values, Mapping):
         raise SettingError(f"settings {prefix.rstrip('.') or config_class.__name__} must be a mapping, got {shown(values)}")
     hints = typing.get_type_hints(config_class)
     fields = {field.name for field in dataclasses.fields(config_class)}
     kwargs = {}
+    retired = getattr(config_class, "retired_settings", {})
     for name, value in values.items():
+        if name in retired and name not in fields:
+            warnings.warn(f"setting {prefix}{name} no longer exists ({retired[name]}); ignored", UserWarning, stacklevel=2)
+            continue
         if name not in fields:
             raise unknown_setting(f"{prefix}{name}", config_class, prefix)
         hint = hints[name]

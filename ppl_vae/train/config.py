@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ppl_vae._validation import boolean, finite, integer, positive_integer, shown
 
@@ -144,6 +144,13 @@ class TrainConfig:
     batch_sizes: dict[str, int] = field(default_factory=dict)
     loggers: tuple[str, ...] = ("csv",)
     binarize: tuple[str, ...] = ()
+
+    #: Settings that earlier versions of the library wrote into a run's ``config.json`` and
+    #: that no longer exist, with what replaced them: reading one (a saved run, a config file)
+    #: warns and ignores it, so older runs still load, evaluate and resume.
+    retired_settings: ClassVar[dict[str, str]] = {
+        "replay_loss": "the loss runs eagerly; a replayed loss computed the same values",
+    }
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "devices", "num_nodes", "log_every_n_steps",
