@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             {"contiguous": layout_loop(workload, False), "channels_last": layout_loop(workload, True)},
             args.pairs, args.warmup,
         )
-        ratios = [cl / contiguous for cl, contiguous in zip(seconds["channels_last"], seconds["contiguous"])]
+        ratios = [cl / contiguous for cl, contiguous in zip(seconds["channels_last"], seconds["contiguous"], strict=True)]
         results[name] = {
             "median_cpu_seconds": {loop: statistics.median(times) for loop, times in seconds.items()},
             "paired_ratio_channels_last_to_contiguous": statistics.median(ratios),
