@@ -340,9 +340,9 @@ class PartedELBO(MeanFieldELBO):
     scale), unweighted, with each capacity's KL and C(t) as ``capacity_z/kl``,
     ``capacity_z/target`` (and the same for u).
 
-    The defaults are the authors' dSprites settings (:mod:`ppl_vae._constants`, which the
-    recipe's :class:`~ppl_vae.recipes.configs.PartedConfig` shares). Each weight is checked once,
-    by the term it weighs, under the name it has here.
+    The defaults are the authors' dSprites settings, written once in ``ppl_vae._constants``
+    and shared with the settings of ``ppl-vae train parted``. Each weight is checked once, by
+    the term it weighs, under the name it has here.
 
     :param z_capacity: C_z(t); ``None``: ``LinearCapacity(0, 30, 300000)``.
     :param u_capacity: C_u(t); ``None``: ``LinearCapacity(0, 5, 300000)``.

@@ -4,9 +4,9 @@ Every field is a setting of ``ppl-vae train MODEL`` (``--set name=value``, dotte
 ``train`` group, or a ``--config`` file); its type, default and the first sentence of its
 ``:param:`` entry are what ``ppl-vae train MODEL --help`` lists. A config validates itself
 on construction (types, then ranges), before any data is loaded or network built, with the
-checks of :mod:`ppl_vae._validation` (the objectives' and models', in the same words) raised as
+checks of ``ppl_vae._validation`` (the objectives' and models', in the same words) raised as
 :class:`~ppl_vae.recipes.settings.SettingError`. The default weights and the accepted names are
-those of the objectives and networks (:mod:`ppl_vae._constants`). This module imports nothing
+those of the objectives and networks (``ppl_vae._constants``). This module imports nothing
 heavy, so listing settings costs no torch import.
 """
 from __future__ import annotations
