@@ -133,6 +133,10 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     After each call of Pyro's interface (:meth:`differentiable_loss`, :meth:`loss`,
     ``loss_and_grads``, :meth:`traces`: a plain SVI loop), :attr:`logged` holds the same values.
 
+    Calling: the methods that run the model (:meth:`training_loss`, :meth:`differentiable_loss`,
+    :meth:`loss`, :meth:`traces`, :meth:`differentiable_terms`) take ``(model, guide, *args,
+    **kwargs)``, the model and guide callables and their arguments (e.g. ``x=batch``); a model
+    that is a method of an ``nn.Module``, such as ``vae.model``, lets the terms read its networks.
     Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
     ``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms,
     not to the model and guide. So does ``step``, the training step (an int >= 0 or a 0-dim
@@ -189,14 +193,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         parts, per point and unweighted), with gradients: for inspecting which parameters each
         term reaches.
 
-        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
-            lets the terms read its networks).
+        :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
-            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
-            step the terms' schedules read, reaches the model and guide only with
-            ``model_takes_step``."""
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
+            (class docstring: calling)."""
         self._keep_graph = True
         try:
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
@@ -265,14 +266,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
         every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``.
 
-        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
-            lets the terms read its networks).
+        :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
-            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
-            step the terms' schedules read, reaches the model and guide only with
-            ``model_takes_step``."""
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
+            (class docstring: calling)."""
         return self._get_trace(model, guide, args, kwargs)
 
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
@@ -353,14 +351,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         with the last particle's logged values and the arguments of the terms' auxiliary steps
         (class docstring). Leaves :attr:`logged` as it was.
 
-        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
-            lets the terms read its networks).
+        :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
-            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
-            step the terms' schedules read, reaches the model and guide only with
-            ``model_takes_step``."""
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
+            (class docstring: calling)."""
         kept = self.logged
         try:
             loss = self._particles_loss(model, guide, args, kwargs)
@@ -372,14 +367,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last
         particle's per-point values.
 
-        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
-            lets the terms read its networks).
+        :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
-            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
-            step the terms' schedules read, reaches the model and guide only with
-            ``model_takes_step``."""
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
+            (class docstring: calling)."""
         try:
             return self._particles_loss(model, guide, args, kwargs)
         finally:
@@ -390,14 +382,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """The same objective as :meth:`differentiable_loss`, as a float (what
         ``SVI.evaluate_loss`` reports).
 
-        :param model: the model callable (a method of an ``nn.Module``, such as ``vae.model``,
-            lets the terms read its networks).
+        :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide (e.g. ``x=batch``), except
-            those the terms take (:meth:`~ppl_vae.infer.Term.inputs`); ``step``, the training
-            step the terms' schedules read, reaches the model and guide only with
-            ``model_takes_step``."""
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
+            (class docstring: calling)."""
         return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
