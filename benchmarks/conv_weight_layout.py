@@ -12,7 +12,7 @@ from the workload's seed:
 
 - ``contiguous``: the library's networks as they are;
 - ``channels_last``: the same, every ``Conv2d`` and ``ConvTranspose2d`` weight stored
-  channels-last (``weight.data = weight.data.contiguous(memory_format=torch.channels_last)``).
+  channels-last first (:func:`store_conv_weights_channels_last`).
 
 Timing: CPU time (``time.process_time``) per iteration, the two loops interleaved iteration by
 iteration after a warm-up; printed and written per workload: the median over the timed
@@ -24,39 +24,24 @@ iterations of the paired ratio ``channels_last_i / contiguous_i`` and each loop'
 from __future__ import annotations
 
 import argparse
-import itertools
 import statistics
 import time
 from pathlib import Path
 
-import pyro
 import torch
-from harness import DSPRITES_IMAGES, SHAPE, Step, Workload, adam, dsprites_images
+from harness import DSPRITES_IMAGES, SHAPE, Step, dsprites_images, plain_loop
 from overhead import decomposition_workload, parted_workload
 from reporting import machine_description, write_results
 from torch import nn
 
-from ppl_vae.infer import TrainingIteration
-
 DEFAULT_JSON = Path(__file__).parent / "records" / "conv_weight_layout.json"
 
 
-def layout_loop(workload: Workload, channels_last_weights: bool) -> Step:
-    """A plain :class:`~ppl_vae.infer.TrainingIteration` loop on fresh networks, the conv weights
-    stored channels-last when ``channels_last_weights``; Pyro's validation off."""
-    model, objective = workload.build()
-    if channels_last_weights:
-        for layer in model.modules():
-            if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d)):
-                layer.weight.data = layer.weight.data.contiguous(memory_format=torch.channels_last)
-    iteration = TrainingIteration(model, objective, workload.lr, optimizer=adam)
-    batches, counter = workload.batches(), itertools.count()
-
-    def step() -> None:
-        with pyro.validation_enabled(False):
-            iteration(batches(), next(counter))
-
-    return step
+def store_conv_weights_channels_last(model: nn.Module) -> None:
+    """Store every ``Conv2d`` and ``ConvTranspose2d`` weight of ``model`` channels-last, in place."""
+    for layer in model.modules():
+        if isinstance(layer, (nn.Conv2d, nn.ConvTranspose2d)):
+            layer.weight.data = layer.weight.data.contiguous(memory_format=torch.channels_last)
 
 
 def paired_cpu_times(loops: dict[str, Step], pairs: int, warmup: int) -> dict[str, list[float]]:
@@ -98,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             labelled = dsprites_images(labelled_count, 1)
             workload = parted_workload(images, labelled["x"], labelled["factors"][:, SHAPE], args.batch_size)
         seconds = paired_cpu_times(
-            {"contiguous": layout_loop(workload, False), "channels_last": layout_loop(workload, True)},
+            {"contiguous": plain_loop(workload), "channels_last": plain_loop(workload, store_conv_weights_channels_last)},
             args.pairs, args.warmup,
         )
         ratios = [cl / contiguous for cl, contiguous in zip(seconds["channels_last"], seconds["contiguous"], strict=True)]

@@ -143,10 +143,12 @@ def svi_loop(workload: Workload) -> Step:
     return iteration
 
 
-def plain_loop(workload: Workload) -> Step:
+def plain_loop(workload: Workload, prepare: Callable[[nn.Module], None] | None = None) -> Step:
     """The library's :class:`~ppl_vae.infer.TrainingIteration` (foreach Adam) in a plain loop,
-    Pyro's validation off."""
+    Pyro's validation off; ``prepare`` (if given) first changes the fresh model in place."""
     model, objective = workload.build()
+    if prepare is not None:
+        prepare(model)
     iteration = TrainingIteration(model, objective, workload.lr, optimizer=adam)
     batches, counter = workload.batches(), itertools.count()
 
