@@ -118,6 +118,41 @@ def model_module(model: Callable) -> nn.Module | None:
     return owner if isinstance(owner, nn.Module) else None
 
 
+def _detached(value: torch.Tensor | float) -> torch.Tensor | float:
+    return value.detach() if torch.is_tensor(value) else value
+
+
+class _TermValues:
+    """One particle's term values, recorded while the model runs and carried to the loss in the
+    model trace (node ``_TERMS``, type ``"terms"``, which Pyro's scoring and checks skip).
+
+    :param keep_graph: keep the values' graphs (:meth:`MeanFieldELBO.differentiable_terms`);
+        otherwise they are recorded detached."""
+
+    NODE = "_TERMS"
+
+    def __init__(self, keep_graph: bool) -> None:
+        self.keep_graph = keep_graph
+        #: Per-point value of each term and ``<term>/<part>``, in the order evaluated.
+        self.logged: dict[str, torch.Tensor | float] = {}
+        #: The terms' arguments for their auxiliary steps (:meth:`~ppl_vae.infer.Term.step_arguments`).
+        self.step_arguments: dict[str, dict[str, torch.Tensor]] = {}
+
+    def record(self, name: str, value: torch.Tensor | float) -> None:
+        """Keep ``value`` under ``name`` (detached unless :attr:`keep_graph`)."""
+        self.logged[name] = value if self.keep_graph else _detached(value)
+
+    def add_to(self, model_trace: Trace) -> None:
+        """Put these values into ``model_trace``."""
+        model_trace.add_node(self.NODE, type="terms", value=self)
+
+    @classmethod
+    def of(cls, model_trace: Trace) -> _TermValues:
+        """The values in ``model_trace`` (none for a trace without terms)."""
+        node = model_trace.nodes.get(cls.NODE)
+        return node["value"] if node is not None else cls(keep_graph=False)
+
+
 class MeanFieldELBO(TraceMeanField_ELBO):
     """The mean-field ELBO with a weight ``beta`` on its KL terms and extra ``terms``, each a
     ``pyro.factor`` site (:mod:`ppl_vae.infer.mean_field`); :meth:`loss` is the same objective as a float.
@@ -176,36 +211,24 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             raise ValueError(f"term names must be unique (each is a pyro.factor site), got {duplicates} twice")
         self._term_names = frozenset(names)
         self._term_inputs = frozenset(name for term in self.terms for name in term.inputs())
-        self._keep_graph = False
-        self._step_arguments: dict[str, dict[str, torch.Tensor]] = {}
         #: The per-point values of the last particle of the last call of Pyro's interface
         #: (:meth:`differentiable_loss`, :meth:`loss`, :meth:`traces`, ``loss_and_grads``), by
         #: name: ``reconstruction``, ``kl`` and each term with its parts (class docstring);
         #: detached scalar tensors.
         self.logged: dict[str, torch.Tensor] = {}
 
-    def _logged_value(self, value: torch.Tensor | float) -> torch.Tensor | float:
-        """``value`` detached, unless :meth:`differentiable_terms` is collecting."""
-        return value if self._keep_graph or not torch.is_tensor(value) else value.detach()
-
     def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
         """What :attr:`logged` holds after one particle (reconstruction, kl, every term and its
         parts, per point and unweighted), with gradients: for inspecting which parameters each
-        term reaches.
+        term reaches (a term of weight 0 included).
 
         :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
             (class docstring: calling)."""
-        self._keep_graph = True
-        try:
-            model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
-            self._differentiable_loss_particle(model_trace, guide_trace)
-            return dict(self.logged)
-        finally:
-            self._keep_graph = False
-            self._step_arguments = {}
+        model_trace, guide_trace = self._traces(model, guide, args, kwargs, keep_graph=True)
+        return self._particle(model_trace, guide_trace, keep_graph=True)[1]
 
     def term(self, name: str) -> Term:
         """The term named ``name``; a ``KeyError`` if there is none.
@@ -216,41 +239,43 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 return term
         raise KeyError(f"no term named {name!r}; the terms are {[t.name for t in self.terms]}")
 
-    def with_terms(
+    def _with_terms(
         self,
         model: Callable,
         guide: Callable,
         guide_trace: Trace,
-        module: nn.Module | None = None,
-        inputs: Mapping[str, Any] | None = None,
-        step: int | torch.Tensor | None = None,
+        module: nn.Module | None,
+        inputs: Mapping[str, Any],
+        step: int | torch.Tensor | None,
+        values: _TermValues,
     ) -> Callable:
-        """The model followed by one ``pyro.factor(term.name, -w N v)`` per term, outside every
-        plate, its sites read against ``guide_trace`` (the guide's run on the same arguments).
+        """The model followed by one ``pyro.factor(term.name, -w N v)`` per term of weight
+        ``w > 0``, outside every plate, its sites read against ``guide_trace`` (the guide's run
+        on the same arguments); each term's value and parts go to ``values``.
 
         :param model: the model callable.
         :param guide: the guide callable (the terms may encode other data with it).
         :param guide_trace: the guide's trace of the same particle.
-        :param module: the module the terms read networks from; default: the one ``model`` is a
-            method of.
+        :param module: the module the terms read networks from (``None``: no module).
         :param inputs: the keyword arguments the terms take (:meth:`~ppl_vae.infer.Term.inputs`).
         :param step: the training step the terms' schedules read
-            (the ``step`` of :class:`~ppl_vae.infer.TermSites`)."""
-        module = module if module is not None else model_module(model)
+            (the ``step`` of :class:`~ppl_vae.infer.TermSites`).
+        :param values: where the terms' values, parts and step arguments are recorded
+            (detached unless ``values.keep_graph``)."""
 
         def model_with_terms(*args, **kwargs):
             with _SampleSites() as capture:
                 result = model(*args, **kwargs)
-            sites = TermSites(guide_trace, capture.sites, module, guide, dict(inputs or {}), step)
+            sites = TermSites(guide_trace, capture.sites, module, guide, dict(inputs), step)
             for term in self.terms:
-                with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or self._keep_graph)):
+                with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or values.keep_graph)):
                     value, parts = term.evaluate(sites)
-                self.logged[term.name] = self._logged_value(value)
+                values.record(term.name, value)
                 for part, part_value in parts.items():
-                    self.logged[f"{term.name}/{part}"] = self._logged_value(part_value)
+                    values.record(f"{term.name}/{part}", part_value)
                 if term.weight > 0:
                     pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
-                self._step_arguments.update(term.step_arguments(sites))
+                values.step_arguments.update(term.step_arguments(sites))
             return result
 
         return model_with_terms
@@ -264,16 +289,27 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     def traces(self, model: Callable, guide: Callable, *args, **kwargs) -> tuple[Trace, Trace]:
         """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
-        every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``.
+        every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``, and a
+        node ``_TERMS`` of type ``"terms"`` that carries the terms' per-point values to the
+        loss; :attr:`logged` then holds those values and parts (nothing is scored yet, so no
+        ``reconstruction`` or ``kl``).
 
         :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
             (class docstring: calling)."""
-        return self._get_trace(model, guide, args, kwargs)
+        model_trace, guide_trace = self._traces(model, guide, args, kwargs, keep_graph=False)
+        self.logged = dict(_TermValues.of(model_trace).logged)
+        return model_trace, guide_trace
 
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
+        """One particle's traces (Pyro's hook, called by ``_get_traces`` for every particle)."""
+        return self._traces(model, guide, args, kwargs, keep_graph=False)
+
+    def _traces(self, model, guide, args, kwargs, keep_graph: bool) -> tuple[Trace, Trace]:
+        """One particle's ``(model_trace, guide_trace)``, the model's carrying the terms' values
+        (:class:`_TermValues`, kept with their graphs when ``keep_graph``)."""
         step = kwargs.get("step")
         inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
         kwargs = {name: value for name, value in kwargs.items()
@@ -282,14 +318,14 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             if self.terms:
                 raise ValueError("extra terms need a guide function, not a GuideMessenger")
             return super()._get_trace(model, guide, args, kwargs)
-        self.logged, self._step_arguments = {}, {}
+        values = _TermValues(keep_graph)
         module, plain_guide = model_module(model), guide
         replaced = self.replaced_sites(model)
         if replaced:
             model, guide = _MaskSites(replaced)(model), _MaskSites(replaced)(guide)
         guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
         if self.terms:
-            model = self.with_terms(model, plain_guide, guide_trace, module, inputs, step)
+            model = self._with_terms(model, plain_guide, guide_trace, module, inputs, step, values)
         model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
         if is_validation_enabled():
             check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
@@ -300,10 +336,19 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 for site in trace.nodes.values():
                     if site["type"] == "sample" and not is_replaced(site):
                         check_site_shape(site, self.max_plate_nesting)
+        values.add_to(model_trace)
         return model_trace, guide_trace
 
     def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss detached)."""
+        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss detached), Pyro's hook
+        (``loss_and_grads``, a plain SVI step); :attr:`logged` then holds the particle's values."""
+        surrogate, self.logged = self._particle(model_trace, guide_trace, keep_graph=False)
+        return (surrogate.detach() if torch.is_tensor(surrogate) else surrogate), surrogate
+
+    def _particle(self, model_trace: Trace, guide_trace: Trace, keep_graph: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(surrogate, logged)`` of one particle: ``-ELBO`` (differentiable) and the per-point
+        values of the class docstring (detached unless ``keep_graph``)."""
+        logged_value = (lambda value: value) if keep_graph else _detached
         log_likelihood: torch.Tensor | float = 0.0
         kl_total: torch.Tensor | float = 0.0
         reconstruction: torch.Tensor | float = 0.0
@@ -315,7 +360,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 log_prob_sum = scored_site(model_trace, name)["log_prob_sum"]
                 log_likelihood = log_likelihood + log_prob_sum
                 if name not in self._term_names:
-                    reconstruction = reconstruction - self._logged_value(log_prob_sum) / site_points(site)
+                    reconstruction = reconstruction - logged_value(log_prob_sum) / site_points(site)
                 continue
             guide_site = guide_trace.nodes[name]
             if is_validation_enabled():
@@ -327,24 +372,17 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
                 kl = kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
             kl_total = kl_total + kl
-            counted_kl = (0.0 if counted_kl is None else counted_kl) + self._logged_value(kl) / site_points(guide_site)
+            counted_kl = (0.0 if counted_kl is None else counted_kl) + logged_value(kl) / site_points(guide_site)
         for name, guide_site in guide_trace.nodes.items():
             if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
                 if is_validation_enabled():
                     check_reparameterised(guide_site)
                 kl_total = kl_total + scored_site(guide_trace, name)["log_prob_sum"]
-        self.logged["reconstruction"] = torch.as_tensor(reconstruction)
+        logged = dict(_TermValues.of(model_trace).logged)
+        logged["reconstruction"] = torch.as_tensor(reconstruction)
         if counted_kl is not None:
-            self.logged["kl"] = torch.as_tensor(counted_kl)
-        surrogate = self.beta * kl_total - log_likelihood
-        return (surrogate.detach() if torch.is_tensor(surrogate) else surrogate), surrogate
-
-    def _particles_loss(self, model, guide, args, kwargs) -> torch.Tensor:
-        """``mean over particles of -ELBO``, differentiable."""
-        loss = 0.0
-        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            loss = loss + self._differentiable_loss_particle(model_trace, guide_trace)[1] / self.num_particles
-        return loss
+            logged["kl"] = torch.as_tensor(counted_kl)
+        return self.beta * kl_total - log_likelihood, logged
 
     def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
         """``mean over particles of -ELBO``, differentiable (analytic KLs where Pyro has them),
@@ -356,12 +394,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
             (class docstring: calling)."""
-        kept = self.logged
-        try:
-            loss = self._particles_loss(model, guide, args, kwargs)
-            return TrainingLoss(loss, self.logged, self._step_arguments)
-        finally:
-            self.logged, self._step_arguments = kept, {}
+        loss: torch.Tensor | float = 0.0
+        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+            surrogate, logged = self._particle(model_trace, guide_trace, keep_graph=False)
+            loss = loss + surrogate / self.num_particles
+        return TrainingLoss(loss, logged, _TermValues.of(model_trace).step_arguments)
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
         """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last
@@ -372,10 +409,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
             (class docstring: calling)."""
-        try:
-            return self._particles_loss(model, guide, args, kwargs)
-        finally:
-            self._step_arguments = {}
+        result = self.training_loss(model, guide, *args, **kwargs)
+        self.logged = result.logged
+        return result.loss
 
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:

@@ -101,7 +101,7 @@ def test_divergence_enters_loss_as_a_factor_weighted_by_alpha_and_batch_size(div
 def test_factor_site_is_visible_in_the_model_trace():
     model = decomposition_vae(SparsePrior(2))
     elbo = DecompositionELBO(alpha=2.0, divergence="mmd")
-    model_trace, _ = seeded(elbo._get_trace, model.model, model.guide, (X,), {})
+    model_trace, _ = seeded(elbo.traces, model.model, model.guide, X)
     site = model_trace.nodes["aggregate_divergence"]
     assert site["is_observed"] and site["cond_indep_stack"] == ()
     expected = -2.0 * X.shape[0] * elbo.logged["aggregate_divergence"]
