@@ -24,7 +24,8 @@ LOG_VARIANCE_INITS = ("zeros", "randn")
 
 @dataclass(frozen=True)
 class PartedDefaults:
-    """PartedVAE's weights and capacities, the authors' on dSprites (Hajimiri et al. 2021).
+    """PartedVAE's weights, capacities and relaxation temperature, the authors' on dSprites
+    (Hajimiri et al. 2021).
 
     :param gamma_z: weight of the z capacity term.
     :param gamma_u: weight of the u capacity term.
@@ -35,6 +36,7 @@ class PartedDefaults:
     :param z_capacity: (C_min, C_max) of z's capacity ramp.
     :param u_capacity: (C_min, C_max) of u's capacity ramp.
     :param capacity_steps: T of both ramps.
+    :param temperature: Gumbel-softmax temperature of q(c | x).
     """
 
     gamma_z: float = 50.0
@@ -46,6 +48,7 @@ class PartedDefaults:
     z_capacity: tuple[float, float] = (0.0, 30.0)
     u_capacity: tuple[float, float] = (0.0, 5.0)
     capacity_steps: int = 300_000
+    temperature: float = 0.67
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class ContrastiveDefaults:
     discriminator: str = "linear"
 
 
-#: PartedVAE's default weights and capacities.
+#: PartedVAE's default weights, capacities and temperature.
 PARTED = PartedDefaults()
 #: The contrastive VAE's default TC weight and discriminator.
 CONTRASTIVE = ContrastiveDefaults()

@@ -78,7 +78,7 @@ def test_the_configs_and_the_registry_import_no_torch():
     assert result.stdout.strip() == "[]"
 
 
-def test_the_configs_take_the_objectives_default_weights():
+def test_the_configs_take_the_objectives_default_weights_and_the_models_temperature():
     import inspect
 
     from ppl_vae.infer import ContrastiveELBO, PartedELBO
@@ -89,6 +89,9 @@ def test_the_configs_take_the_objectives_default_weights():
     ]:
         defaults = inspect.signature(objective).parameters
         assert {name: getattr(config, name) for name in names} == {name: defaults[name].default for name in names}
+    from ppl_vae.models import PartedVAE
+
+    assert PartedConfig().temperature == inspect.signature(PartedVAE).parameters["temperature"].default
     capacities = PartedELBO().terms[:2]
     assert (capacities[0].capacity.start, capacities[0].capacity.end) == PartedConfig().z_capacity
     assert (capacities[1].capacity.start, capacities[1].capacity.end) == PartedConfig().u_capacity

@@ -40,6 +40,7 @@ from pyro.nn import PyroModule, pyro_method
 from torch import nn
 from torch.nn import functional as F
 
+from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite, positive_integer
 from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
@@ -112,7 +113,7 @@ class PartedVAE(PyroModule):
         prior: nn.Module | None = None,
         likelihood: str = "bernoulli",
         likelihood_scale: float | None = None,
-        temperature: float = 0.67,
+        temperature: float = PARTED.temperature,
         sharpness: LinearSchedule | None = None,
         data_size: int | None = None,
         class_prior_init: str = "zeros",

@@ -167,7 +167,7 @@ class PartedConfig:
     z_dim: int = 5
     u_dim: int = 1
     hidden: int = 256
-    temperature: float = 0.67
+    temperature: float = PARTED.temperature
     z_capacity: tuple[float, float] = PARTED.z_capacity
     u_capacity: tuple[float, float] = PARTED.u_capacity
     capacity_steps: int | None = None

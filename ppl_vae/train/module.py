@@ -213,7 +213,7 @@ class SVIModule(L.LightningModule):
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if not grads:
             return torch.zeros((), device=self.device)
-        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad) for grad in grads]))
 
     def _check_finite(self, values: torch.Tensor) -> None:
         """Raise :class:`NonFiniteLossError` unless ``values`` (logged values, or their
