@@ -17,14 +17,14 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def run_benchmark(script: str, json_path: Path, *arguments: str) -> dict:
-    """Run ``benchmarks/<script> --json json_path *arguments``; the JSON it wrote."""
+def run_benchmark(script: str, json_path: Path, *arguments: str, timeout: float = 120) -> dict:
+    """Run ``benchmarks/<script> --json json_path *arguments`` (within ``timeout`` seconds); the JSON it wrote."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     completed = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), "--json", str(json_path), *arguments],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         env=environment,
         cwd=BENCHMARKS.parent,
     )
@@ -135,9 +135,13 @@ def test_precision_times_both_precisions_against_the_floor_and_the_authors(tmp_p
     assert all(0 <= a <= 1 for a in result["quality"]["parted_held_out_shape_accuracy"].values())
 
 
-def test_conv_weight_layout_pairs_both_layouts_on_the_conv_models(tmp_path):
-    result = run_benchmark("conv_weight_layout.py", tmp_path / "layout.json", "--quick")
+def test_conv_networks_pairs_each_variant_with_the_library_networks_and_parted_with_the_authors(tmp_path):
+    result = run_benchmark("conv_networks.py", tmp_path / "networks.json", "--quick", timeout=600)
     assert set(result["models"]) == {"decomposition", "parted"}
-    for model in result["models"].values():
-        assert set(model["median_cpu_seconds"]) == {"contiguous", "channels_last"}
-        assert model["paired_ratio_channels_last_to_contiguous"] > 0
+    for name, model in result["models"].items():
+        variants = {"contiguous", "channels_last", "compiled"}
+        assert set(model["median_cpu_seconds"]) == variants | ({"authors"} if name == "parted" else set())
+        assert set(model["paired_ratio_to_contiguous"]) == {"channels_last", "compiled"}
+        assert all(ratio["median"] > 0 for ratio in model["paired_ratio_to_contiguous"].values())
+    assert set(result["models"]["parted"]["paired_ratio_to_authors"]) == {"contiguous", "channels_last", "compiled"}
+    assert "paired_ratio_to_authors" not in result["models"]["decomposition"]
