@@ -11,6 +11,8 @@
 3. ``--math PAGE ...``: the same browser runs each PAGE's scripts with the network switched
    off and reads back the document: exits 1 naming each page where MathJax typeset no
    formula (no ``mjx-container`` element), e.g. because its script did not load.
+4. No signature in the API reference shows a default as a field of a constant
+   (``gamma_z=PARTED.gamma_z``) instead of its value: exits 1 naming the pages and defaults.
 """
 from __future__ import annotations
 
@@ -32,6 +34,23 @@ def remote_scripts(site: Path) -> dict[str, list[str]]:
                   if re.match(r"^(https?:)?//", src)]
         if remote:
             found[str(page.relative_to(site))] = remote
+    return found
+
+
+#: A signature's default value as Sphinx renders it.
+DEFAULT = re.compile(r'class="default_value"><span class="pre">([^<]*)</span>')
+#: A default that hides its value behind a field of a constant (``PARTED.gamma_z``).
+CONSTANT_FIELD = re.compile(r"^[A-Z][A-Z0-9_]*\.\w+$")
+
+
+def hidden_defaults(site: Path) -> dict[str, list[str]]:
+    """Defaults shown as a field of a constant rather than a value, by page (relative path)."""
+    found: dict[str, list[str]] = {}
+    for page in sorted(site.rglob("*.html")):
+        hidden = [value for value in DEFAULT.findall(page.read_text(encoding="utf-8", errors="replace"))
+                  if CONSTANT_FIELD.match(value)]
+        if hidden:
+            found[str(page.relative_to(site))] = sorted(set(hidden))
     return found
 
 
@@ -79,12 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     remote = remote_scripts(args.site)
     for page, scripts in remote.items():
         print(f"{page}: loads {', '.join(scripts)} from another host", file=sys.stderr)
+    hidden = hidden_defaults(args.site)
+    for page, values in hidden.items():
+        print(f"{page}: defaults shown as {', '.join(values)} instead of their values", file=sys.stderr)
     if args.screenshot:
         screenshot(args.site, args.screenshot[0], Path(args.screenshot[1]))
     untypeset = [page for page in args.math if typeset_formulas(args.site, page) == 0]
     for page in untypeset:
         print(f"{page}: MathJax typeset no formula", file=sys.stderr)
-    return 1 if remote or untypeset else 0
+    return 1 if remote or untypeset or hidden else 0
 
 
 if __name__ == "__main__":

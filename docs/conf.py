@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -24,6 +25,7 @@ os.environ.setdefault("PPL_VAE_NUM_THREADS", "1")
 from public_api import PACKAGE, api_by_module, constant_doc, documented_names, public_module_names  # noqa: E402
 
 import ppl_vae  # noqa: E402
+from ppl_vae import _constants  # noqa: E402
 
 project = "ppl_vae"
 author = "The ppl_vae authors"
@@ -183,7 +185,22 @@ def _public_bases(app, name, obj, options, bases):
     bases[:] = list(dict.fromkeys(found for base in bases for found in public(base)))
 
 
+#: A default written as a field of the private module's defaults (``PARTED.gamma_z``).
+_PRIVATE_DEFAULT = re.compile(r"\b(PARTED|CONTRASTIVE)\.(\w+)\b")
+
+
+def _private_defaults_as_values(app, what, name, obj, options, signature, return_annotation):
+    """Show a default written as a field of ``ppl_vae._constants`` (``gamma_z=PARTED.gamma_z``)
+    as its value (``gamma_z=50.0``): the reference documents no private object, and
+    ``autodoc_preserve_defaults`` keeps the other defaults as written (``nn.ReLU``, ``sys.stdout``)."""
+    if signature is None:
+        return None
+    value = _PRIVATE_DEFAULT.sub(lambda match: repr(getattr(getattr(_constants, match[1]), match[2])), signature)
+    return value, return_annotation
+
+
 def setup(app):
+    app.connect("autodoc-process-signature", _private_defaults_as_values)
     app.connect("autodoc-process-docstring", _constant_docstring)
     app.connect("autodoc-process-bases", _public_bases)
     app.connect("missing-reference", _resolve_at_documented_home)

@@ -36,6 +36,21 @@ def test_a_site_serving_its_own_scripts_passes(tmp_path):
     assert check(tmp_path).returncode == 0
 
 
+def test_a_signature_showing_a_default_as_a_constant_field_fails_the_site_check(tmp_path):
+    (tmp_path / "index.html").write_text("")
+    (tmp_path / "api").mkdir()
+    value = '<em class="sig-param"><span class="n"><span class="pre">{}</span></span><span class="o"><span class="pre">=</span></span><span class="default_value"><span class="pre">{}</span></span></em>'
+    (tmp_path / "api" / "shown.html").write_text(value.format("gamma_z", "50.0") + value.format("activation", "nn.ReLU"))
+    assert check(tmp_path).returncode == 0
+    (tmp_path / "api" / "hidden.html").write_text(value.format("gamma_z", "PARTED.gamma_z"))
+
+    checked = check(tmp_path)
+
+    assert checked.returncode == 1
+    assert "api/hidden.html" in checked.stderr and "PARTED.gamma_z" in checked.stderr
+    assert "shown.html" not in checked.stderr
+
+
 def served_mathjax(site: Path) -> None:
     """Copy the MathJax of the docs' sphinx-mathjax-offline package into ``site/_static/mathjax``."""
     try:
