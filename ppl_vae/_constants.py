@@ -17,6 +17,12 @@ DISCRIMINATORS = ("linear", "mlp")
 #: The divergences :class:`~ppl_vae.infer.AggregateDivergence` estimates (its ``divergence``
 #: argument): the dimension-wise MMD (Eq. 10) and the inclusive KL(p(z) || q(z)).
 DIVERGENCES = ("mmd", "inclusive_kl")
+#: The likelihood names of :func:`~ppl_vae.models.likelihoods.likelihood`, for images and other
+#: real or binary data.
+LIKELIHOODS = ("bernoulli", "gaussian", "laplace")
+#: Count likelihoods with learned per-feature dispersion
+#: (:class:`~ppl_vae.models.likelihoods.CountLikelihood`; the contrastive VAE takes them).
+COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
 #: How :class:`~ppl_vae.distributions.ClassConditionalGaussianPrior`'s log-variance parameters
 #: start (its ``log_variance_init``).
 LOG_VARIANCE_INITS = ("zeros", "randn")

@@ -122,6 +122,24 @@ def test_a_config_refuses_a_bad_setting_of_its_objective_in_the_objectives_words
     assert str(refused_by_config.value).startswith(f"{setting} must be {expected}")
 
 
+@pytest.mark.parametrize("config", [VAEConfig, DecompositionConfig, ContrastiveConfig])
+def test_a_config_refuses_an_unknown_likelihood_in_the_models_words(config):
+    """Refused before any data or torch, with the message the model gives when built from Python."""
+    import torch
+
+    from ppl_vae.models import ContrastiveVAE, likelihood
+
+    with pytest.raises(SettingError) as refused_by_config:
+        config(likelihood="poisson")
+    with pytest.raises(ValueError) as refused_by_model:
+        if config is ContrastiveConfig:
+            ContrastiveVAE.mlp((4,), likelihood="poisson")
+        else:
+            likelihood("poisson", torch.zeros(1, 2), 1, 0.1)
+    assert str(refused_by_config.value) == str(refused_by_model.value)
+    assert str(refused_by_config.value).startswith("likelihood must be one of")
+
+
 def test_a_saved_config_with_a_retired_setting_loads_with_a_warning():
     """Runs saved by earlier versions hold ``train.replay_loss``: they still load (the setting
     is ignored with a warning), while an unknown name is still refused."""

@@ -9,14 +9,11 @@ import pyro.distributions as dist
 import torch
 from torch import nn
 
+from ppl_vae._constants import COUNT_LIKELIHOODS as COUNT_LIKELIHOODS  # re-exported: the names live with the function
+from ppl_vae._constants import LIKELIHOODS
 from ppl_vae._validation import choice, finite, require
 from ppl_vae.distributions.fixed_scale import FixedScaleLaplace, FixedScaleNormal
 from ppl_vae.nn.precision import full_precision
-
-#: The likelihood names of :func:`likelihood`, for images and other real or binary data.
-LIKELIHOODS = ("bernoulli", "gaussian", "laplace")
-#: Count likelihoods with learned per-feature dispersion (:class:`CountLikelihood`).
-COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
 
 
 def check_likelihood(name: str, scale: float | None) -> None:

@@ -18,8 +18,10 @@ from typing import Any
 from ppl_vae._constants import (
     ACTIVATIONS,
     CONTRASTIVE,
+    COUNT_LIKELIHOODS,
     DISCRIMINATORS,
     DIVERGENCES,
+    LIKELIHOODS,
     LOG_VARIANCE_INITS,
     PARTED,
     WEIGHT_INITS,
@@ -102,6 +104,7 @@ class VAEConfig:
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", DATASETS)
+        one_of(self, "likelihood", LIKELIHOODS)
         at_least(self, 2, "num_train")
         at_least(self, 1, "latent_dim", "hidden")
         at_least(self, 0, "beta", "factor_score_votes")
@@ -256,6 +259,7 @@ class ContrastiveConfig:
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
+        one_of(self, "likelihood", (*LIKELIHOODS, *COUNT_LIKELIHOODS))
         one_of(self, "weight_init", WEIGHT_INITS)
         one_of(self, "discriminator", DISCRIMINATORS)
         at_least(self, 0, "amplitude", "background_noise", "gamma")
@@ -324,6 +328,7 @@ class DecompositionConfig:
         check_types(self)
         one_of(self, "dataset", DATASETS)
         one_of(self, "prior", PRIORS)
+        one_of(self, "likelihood", LIKELIHOODS)
         one_of(self, "hidden_activation", ACTIVATIONS)
         one_of(self, "divergence", DIVERGENCES)
         at_least(self, 2, "num_train")
