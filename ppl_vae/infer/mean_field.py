@@ -166,7 +166,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     without beta; absent when it counts none), and each term's value under its name with its
     parts as ``<name>/<part>``; and the arguments the terms hand to their auxiliary steps.
     After each call of Pyro's interface (:meth:`differentiable_loss`, :meth:`loss`,
-    ``loss_and_grads``, :meth:`traces`: a plain SVI loop), :attr:`logged` holds the same values.
+    ``loss_and_grads``: a plain SVI loop), :attr:`logged` holds the same values (after
+    :meth:`traces`, the terms' only: nothing is scored there); the objective keeps no other
+    state between calls.
 
     Calling: the methods that run the model (:meth:`training_loss`, :meth:`differentiable_loss`,
     :meth:`loss`, :meth:`traces`, :meth:`differentiable_terms`) take ``(model, guide, *args,
