@@ -138,9 +138,13 @@ class _TermValues:
         #: The terms' arguments for their auxiliary steps (:meth:`~ppl_vae.infer.Term.step_arguments`).
         self.step_arguments: dict[str, dict[str, torch.Tensor]] = {}
 
+    def kept(self, value: torch.Tensor | float) -> torch.Tensor | float:
+        """``value`` as this particle's values keep it: detached unless :attr:`keep_graph`."""
+        return value if self.keep_graph else _detached(value)
+
     def record(self, name: str, value: torch.Tensor | float) -> None:
-        """Keep ``value`` under ``name`` (detached unless :attr:`keep_graph`)."""
-        self.logged[name] = value if self.keep_graph else _detached(value)
+        """Keep ``value`` under ``name`` (:meth:`kept`)."""
+        self.logged[name] = self.kept(value)
 
     def add_to(self, model_trace: Trace) -> None:
         """Put these values into ``model_trace``."""
@@ -214,9 +218,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         self._term_names = frozenset(names)
         self._term_inputs = frozenset(name for term in self.terms for name in term.inputs())
         #: The per-point values of the last particle of the last call of Pyro's interface
-        #: (:meth:`differentiable_loss`, :meth:`loss`, :meth:`traces`, ``loss_and_grads``), by
-        #: name: ``reconstruction``, ``kl`` and each term with its parts (class docstring);
-        #: detached scalar tensors.
+        #: (:meth:`differentiable_loss`, :meth:`loss`, ``loss_and_grads``), by name:
+        #: ``reconstruction``, ``kl`` and each term with its parts (class docstring; after
+        #: :meth:`traces`, the terms' only); detached scalar tensors.
         self.logged: dict[str, torch.Tensor] = {}
 
     def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
@@ -230,7 +234,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
             (class docstring: calling)."""
         model_trace, guide_trace = self._traces(model, guide, args, kwargs, keep_graph=True)
-        return self._particle(model_trace, guide_trace, keep_graph=True)[1]
+        return self._particle(model_trace, guide_trace)[1]
 
     def term(self, name: str) -> Term:
         """The term named ``name``; a ``KeyError`` if there is none.
@@ -316,11 +320,13 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
         kwargs = {name: value for name, value in kwargs.items()
                   if name not in inputs and (name != "step" or self.model_takes_step)}
+        values = _TermValues(keep_graph)
         if isinstance(poutine.unwrap(guide), Messenger):
             if self.terms:
                 raise ValueError("extra terms need a guide function, not a GuideMessenger")
-            return super()._get_trace(model, guide, args, kwargs)
-        values = _TermValues(keep_graph)
+            model_trace, guide_trace = super()._get_trace(model, guide, args, kwargs)
+            values.add_to(model_trace)
+            return model_trace, guide_trace
         module, plain_guide = model_module(model), guide
         replaced = self.replaced_sites(model)
         if replaced:
@@ -344,13 +350,13 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss detached), Pyro's hook
         (``loss_and_grads``, a plain SVI step); :attr:`logged` then holds the particle's values."""
-        surrogate, self.logged = self._particle(model_trace, guide_trace, keep_graph=False)
-        return (surrogate.detach() if torch.is_tensor(surrogate) else surrogate), surrogate
+        surrogate, self.logged = self._particle(model_trace, guide_trace)
+        return _detached(surrogate), surrogate
 
-    def _particle(self, model_trace: Trace, guide_trace: Trace, keep_graph: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(surrogate, logged)`` of one particle: ``-ELBO`` (differentiable) and the per-point
-        values of the class docstring (detached unless ``keep_graph``)."""
-        logged_value = (lambda value: value) if keep_graph else _detached
+        values of the class docstring, kept as the traces' term values are (:class:`_TermValues`)."""
+        values = _TermValues.of(model_trace)
         log_likelihood: torch.Tensor | float = 0.0
         kl_total: torch.Tensor | float = 0.0
         reconstruction: torch.Tensor | float = 0.0
@@ -362,7 +368,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 log_prob_sum = scored_site(model_trace, name)["log_prob_sum"]
                 log_likelihood = log_likelihood + log_prob_sum
                 if name not in self._term_names:
-                    reconstruction = reconstruction - logged_value(log_prob_sum) / site_points(site)
+                    reconstruction = reconstruction - values.kept(log_prob_sum) / site_points(site)
                 continue
             guide_site = guide_trace.nodes[name]
             if is_validation_enabled():
@@ -374,13 +380,13 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
                 kl = kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
             kl_total = kl_total + kl
-            counted_kl = (0.0 if counted_kl is None else counted_kl) + logged_value(kl) / site_points(guide_site)
+            counted_kl = (0.0 if counted_kl is None else counted_kl) + values.kept(kl) / site_points(guide_site)
         for name, guide_site in guide_trace.nodes.items():
             if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
                 if is_validation_enabled():
                     check_reparameterised(guide_site)
                 kl_total = kl_total + scored_site(guide_trace, name)["log_prob_sum"]
-        logged = dict(_TermValues.of(model_trace).logged)
+        logged = dict(values.logged)
         logged["reconstruction"] = torch.as_tensor(reconstruction)
         if counted_kl is not None:
             logged["kl"] = torch.as_tensor(counted_kl)
@@ -398,7 +404,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             (class docstring: calling)."""
         loss: torch.Tensor | float = 0.0
         for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            surrogate, logged = self._particle(model_trace, guide_trace, keep_graph=False)
+            surrogate, logged = self._particle(model_trace, guide_trace)
             loss = loss + surrogate / self.num_particles
         return TrainingLoss(loss, logged, _TermValues.of(model_trace).step_arguments)
 
