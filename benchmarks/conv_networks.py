@@ -83,7 +83,7 @@ def paired_cpu_times(loops: dict[str, Step], pairs: int, warmup: int) -> dict[st
     return seconds
 
 
-def paired_ratio(numerator: list[float], denominator: list[float]) -> dict[str, float | list[float]]:
+def ratio_summary(numerator: list[float], denominator: list[float]) -> dict[str, float | list[float]]:
     """Median and quartiles of ``numerator_i / denominator_i``."""
     ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
     return {"median": statistics.median(ratios), "quartiles": statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios}
@@ -122,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds = paired_cpu_times(loops, args.pairs, args.warmup)
         results[name] = {
             "median_cpu_seconds": {loop: statistics.median(times) for loop, times in seconds.items()},
-            "paired_ratio_to_contiguous": {v: paired_ratio(seconds[v], seconds["contiguous"]) for v in variants if v != "contiguous"},
+            "paired_ratio_to_contiguous": {v: ratio_summary(seconds[v], seconds["contiguous"]) for v in variants if v != "contiguous"},
             "batch_size": args.batch_size,
         }
         if "authors" in seconds:
-            results[name]["paired_ratio_to_authors"] = {v: paired_ratio(seconds[v], seconds["authors"]) for v in variants}
+            results[name]["paired_ratio_to_authors"] = {v: ratio_summary(seconds[v], seconds["authors"]) for v in variants}
         for variant in variants:
             row = results[name]
             to_authors = row.get("paired_ratio_to_authors", {}).get(variant)

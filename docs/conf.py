@@ -11,7 +11,7 @@ import inspect
 import os
 import re
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from docutils import nodes
@@ -185,8 +185,9 @@ def _public_bases(app, name, obj, options, bases):
     bases[:] = list(dict.fromkeys(found for base in bases for found in public(base)))
 
 
-#: A default written as a field of the private module's defaults (``PARTED.gamma_z``).
-_PRIVATE_DEFAULT = re.compile(r"\b(PARTED|CONTRASTIVE)\.(\w+)\b")
+#: A default written as a field of one of the private module's default sets (``PARTED.gamma_z``).
+_PRIVATE_DEFAULT = re.compile(r"\b({})\.(\w+)\b".format("|".join(
+    name for name, value in vars(_constants).items() if is_dataclass(value) and not isinstance(value, type))))
 
 
 def _private_defaults_as_values(app, what, name, obj, options, signature, return_annotation):

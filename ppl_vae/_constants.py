@@ -23,6 +23,8 @@ LIKELIHOODS = ("bernoulli", "gaussian", "laplace")
 #: Count likelihoods with learned per-feature dispersion
 #: (:class:`~ppl_vae.models.likelihoods.CountLikelihood`; the contrastive VAE takes them).
 COUNT_LIKELIHOODS = ("negative_binomial", "zinb")
+#: The likelihood names :class:`~ppl_vae.models.ContrastiveVAE` accepts: both of the above.
+CONTRASTIVE_LIKELIHOODS = (*LIKELIHOODS, *COUNT_LIKELIHOODS)
 #: How :class:`~ppl_vae.distributions.ClassConditionalGaussianPrior`'s log-variance parameters
 #: start (its ``log_variance_init``).
 LOG_VARIANCE_INITS = ("zeros", "randn")

@@ -28,10 +28,10 @@ from pyro.infer.util import is_validation_enabled
 from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
+from ppl_vae._constants import CONTRASTIVE_LIKELIHOODS
 from ppl_vae._validation import choice, positive_integer
 from ppl_vae.models.likelihoods import (
     COUNT_LIKELIHOODS,
-    LIKELIHOODS,
     CountLikelihood,
     check_likelihood,
     likelihood,
@@ -39,8 +39,6 @@ from ppl_vae.models.likelihoods import (
 )
 from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, one_draw_per_point, unique_pyro_name
 from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
-
-CONTRASTIVE_LIKELIHOODS = (*LIKELIHOODS, *COUNT_LIKELIHOODS)
 
 
 def check_contrastive_data(

@@ -18,7 +18,7 @@ from typing import Any
 from ppl_vae._constants import (
     ACTIVATIONS,
     CONTRASTIVE,
-    COUNT_LIKELIHOODS,
+    CONTRASTIVE_LIKELIHOODS,
     DISCRIMINATORS,
     DIVERGENCES,
     LIKELIHOODS,
@@ -259,7 +259,7 @@ class ContrastiveConfig:
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", CONTRASTIVE_DATASETS)
-        one_of(self, "likelihood", (*LIKELIHOODS, *COUNT_LIKELIHOODS))
+        one_of(self, "likelihood", CONTRASTIVE_LIKELIHOODS)
         one_of(self, "weight_init", WEIGHT_INITS)
         one_of(self, "discriminator", DISCRIMINATORS)
         at_least(self, 0, "amplitude", "background_noise", "gamma")
