@@ -7,6 +7,13 @@ random states, logged history, model and objective class names, architecture), s
 :func:`read_checkpoint` and :func:`~ppl_vae.fit` load with ``weights_only=True`` unless
 asked otherwise.
 
+Before unpickling anything, a weights-only load checks that the file is the zip archive
+``torch.save`` writes, with every entry stored uncompressed and their sizes together within the
+file's own size: a compressed entry (which torch inflates into memory before checking it, so a
+megabyte can claim a gigabyte) or an older torch's non-zip format (whose storages are allocated
+at the sizes the pickle claims) is refused, so that reading a file never takes more memory than
+a small multiple of its size.
+
 ppl_vae's checkpoints carry a SHA-256 digest of their weights and optimiser states
 (``checkpoint["ppl_vae"]["digest"]``, ``tensor_digest``): torch does not check the CRCs of
 the zip file it writes, so a flipped bit would otherwise load as a changed weight.
@@ -18,6 +25,7 @@ import hashlib
 import os
 import pickle
 import re
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +138,30 @@ def _check_finite_weights(checkpoint: dict[str, Any], path: Path) -> None:
             raise CheckpointError(f"checkpoint {path}: weight {name!r} holds NaN or infinite values")
 
 
+def _check_archive(path: Path) -> None:
+    """Refuse a file that is not a zip archive of uncompressed entries whose sizes sum to at
+    most the file's size (what ``torch.save`` writes): the bound that keeps a weights-only load
+    from allocating more than the file holds."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as error:
+        raise CheckpointError(
+            f"checkpoint {path} is not a zip archive as torch.save writes it ({_last_line(error)}): a corrupt file, "
+            "another kind of file, or an older torch's format, which only weights_only=False reads (if you trust it)"
+        ) from error
+    compressed = next((entry.filename for entry in entries if entry.compress_type != zipfile.ZIP_STORED), None)
+    if compressed is not None:
+        raise CheckpointError(
+            f"checkpoint {path}: entry {compressed!r} is compressed; torch.save stores entries uncompressed, and "
+            "a compressed one could inflate far beyond the file's size"
+        )
+    claimed = sum(entry.file_size for entry in entries)
+    if claimed > size:
+        raise CheckpointError(f"checkpoint {path}: its entries claim {claimed} bytes, more than the file's {size}")
+
+
 def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
     """Load a checkpoint dict on the CPU, turning unreadable files into :class:`CheckpointError`.
 
@@ -138,13 +170,16 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         only, never code. ``False`` is for trusted files written by other code or by an
         older ppl_vae (which pickled numpy arrays): unpickling such a file can run any code
         it holds.
-    :raises CheckpointError: for a missing, corrupt or foreign file, one whose tensors differ
+    :raises CheckpointError: for a missing, corrupt or foreign file, (weights-only) one that is
+        not an archive of uncompressed entries within its own size, one whose tensors differ
         from its digest, one with a NaN or infinite weight (naming it), and one holding
         objects a weights-only load refuses (naming the first such object).
     """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if weights_only:
+        _check_archive(path)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
     except pickle.UnpicklingError as error:

@@ -150,3 +150,37 @@ def test_a_valid_resume_still_continues_the_killed_run(killed_run, data):
     resumed = fit(small_vae(), TraceMeanField_ELBO(), data, run_dir=killed_run, resume=True, **SETTINGS)
     assert resumed.steps == 40
     assert read_checkpoint(killed_run / "checkpoints" / "last.ckpt")["ppl_vae"]["digest"]
+
+
+def rewrite_archive(path: Path, compress_type: int) -> None:
+    """Write the zip archive at ``path`` again with every entry in ``compress_type``."""
+    with zipfile.ZipFile(path) as archive:
+        entries = [(info.filename, archive.read(info.filename)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries:
+            archive.writestr(name, data, compress_type=compress_type)
+
+
+def test_a_checkpoint_with_compressed_entries_is_refused_before_anything_is_inflated(killed_run):
+    path = killed_run / "checkpoints" / "last.ckpt"
+    rewrite_archive(path, zipfile.ZIP_DEFLATED)
+    with pytest.raises(CheckpointError, match=r"entry '.*' is compressed"):
+        read_checkpoint(path)
+
+
+def test_a_checkpoint_whose_entries_claim_more_bytes_than_the_file_is_refused(killed_run):
+    path = killed_run / "checkpoints" / "last.ckpt"
+    data = bytearray(path.read_bytes())
+    central = data.index(b"PK\x01\x02")  # the first central-directory record
+    data[central + 24 : central + 28] = (2**31).to_bytes(4, "little")  # its uncompressed size
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"claim \d+ bytes, more than the file's"):
+        read_checkpoint(path)
+
+
+def test_a_checkpoint_in_an_older_torch_format_is_read_only_when_trusted(killed_run):
+    path = killed_run / "checkpoints" / "last.ckpt"
+    torch.save(torch.load(path, weights_only=True), path, _use_new_zipfile_serialization=False)
+    with pytest.raises(CheckpointError, match=r"not a zip archive .*weights_only=False"):
+        read_checkpoint(path)
+    assert read_checkpoint(path, weights_only=False)["ppl_vae"]["iteration"] == 20
