@@ -13,6 +13,9 @@
    formula (no ``mjx-container`` element), e.g. because its script did not load.
 4. No signature in the API reference shows a default as a field of a constant
    (``gamma_z=PARTED.gamma_z``) instead of its value: exits 1 naming the pages and defaults.
+5. No narrative page (outside ``api/`` and ``_modules/``) shows the full name of an object
+   the API reference documents (``ppl_vae.checks.pixel_means``) in code font without a link
+   to it: exits 1 naming the pages and names.
 """
 from __future__ import annotations
 
@@ -26,14 +29,19 @@ from pathlib import Path
 SCRIPT = re.compile(r"<script[^>]*\bsrc=\"([^\"]+)\"", re.IGNORECASE)
 
 
-def remote_scripts(site: Path) -> dict[str, list[str]]:
-    """Scripts loaded from another host, by page (relative path)."""
+def read_pages(site: Path) -> dict[str, str]:
+    """The text of every HTML page of the site, by relative path."""
+    return {str(page.relative_to(site)): page.read_text(encoding="utf-8", errors="replace")
+            for page in sorted(site.rglob("*.html"))}
+
+
+def remote_scripts(pages: dict[str, str]) -> dict[str, list[str]]:
+    """Scripts loaded from another host, by page."""
     found: dict[str, list[str]] = {}
-    for page in sorted(site.rglob("*.html")):
-        remote = [src for src in SCRIPT.findall(page.read_text(encoding="utf-8", errors="replace"))
-                  if re.match(r"^(https?:)?//", src)]
+    for page, text in pages.items():
+        remote = [src for src in SCRIPT.findall(text) if re.match(r"^(https?:)?//", src)]
         if remote:
-            found[str(page.relative_to(site))] = remote
+            found[page] = remote
     return found
 
 
@@ -43,14 +51,34 @@ DEFAULT = re.compile(r'class="default_value"><span class="pre">([^<]*)</span>')
 CONSTANT_FIELD = re.compile(r"^[A-Z][A-Z0-9_]*\.\w+$")
 
 
-def hidden_defaults(site: Path) -> dict[str, list[str]]:
-    """Defaults shown as a field of a constant rather than a value, by page (relative path)."""
+def hidden_defaults(pages: dict[str, str]) -> dict[str, list[str]]:
+    """Defaults shown as a field of a constant rather than a value, by page."""
     found: dict[str, list[str]] = {}
-    for page in sorted(site.rglob("*.html")):
-        hidden = [value for value in DEFAULT.findall(page.read_text(encoding="utf-8", errors="replace"))
-                  if CONSTANT_FIELD.match(value)]
+    for page, text in pages.items():
+        hidden = [value for value in DEFAULT.findall(text) if CONSTANT_FIELD.match(value)]
         if hidden:
-            found[str(page.relative_to(site))] = sorted(set(hidden))
+            found[page] = sorted(set(hidden))
+    return found
+
+
+#: An object's entry in the API reference (its anchor is its full name).
+DOCUMENTED = re.compile(r'<dt class="sig sig-object py[^"]*" id="(ppl_vae\.[\w.]+)"')
+#: A name in code font, with the link around it when there is one.
+CODE_NAME = re.compile(r'(<a [^>]*>)?<code class="[^"]*\bliteral\b[^"]*"><span class="pre">([\w.]+?)(?:\(\))?</span></code>')
+#: The generated pages: the API reference and the highlighted sources.
+GENERATED = ("api/", "_modules/")
+
+
+def unlinked_names(pages: dict[str, str]) -> dict[str, list[str]]:
+    """Full names of documented objects shown in code font without a link, by narrative page."""
+    documented = {name for text in pages.values() for name in DOCUMENTED.findall(text)}
+    found: dict[str, list[str]] = {}
+    for page, text in pages.items():
+        if page.startswith(GENERATED):
+            continue
+        bare = sorted({name for link, name in CODE_NAME.findall(text) if not link and name in documented})
+        if bare:
+            found[page] = bare
     return found
 
 
@@ -95,18 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.site / "index.html").is_file():
         parser.error(f"{args.site} holds no built site (index.html)")
-    remote = remote_scripts(args.site)
+    pages = read_pages(args.site)
+    remote = remote_scripts(pages)
     for page, scripts in remote.items():
         print(f"{page}: loads {', '.join(scripts)} from another host", file=sys.stderr)
-    hidden = hidden_defaults(args.site)
+    hidden = hidden_defaults(pages)
     for page, values in hidden.items():
         print(f"{page}: defaults shown as {', '.join(values)} instead of their values", file=sys.stderr)
+    unlinked = unlinked_names(pages)
+    for page, names in unlinked.items():
+        print(f"{page}: {', '.join(names)} in code font without a link to its API entry", file=sys.stderr)
     if args.screenshot:
         screenshot(args.site, args.screenshot[0], Path(args.screenshot[1]))
     untypeset = [page for page in args.math if typeset_formulas(args.site, page) == 0]
     for page in untypeset:
         print(f"{page}: MathJax typeset no formula", file=sys.stderr)
-    return 1 if remote or untypeset or hidden else 0
+    return 1 if remote or untypeset or hidden or unlinked else 0
 
 
 if __name__ == "__main__":

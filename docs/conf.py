@@ -16,6 +16,8 @@ from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util.nodes import make_refnode
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
@@ -200,7 +202,55 @@ def _private_defaults_as_values(app, what, name, obj, options, signature, return
     return value, return_annotation
 
 
+#: Kinds of documented object a narrative page may name by its bare name (``PartedELBO``).
+LINKED_BY_BARE_NAME = ("class", "function", "exception", "data")
+#: A name in code font: dotted words, optionally called (``ppl_vae.fit()``).
+_CODE_NAME = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?$")
+
+
+class LinkNamesInCodeFont(SphinxPostTransform):
+    """On the narrative pages (user guide, model and results pages, notebooks), make a name
+    in code font a link to its API entry when it names a documented ppl_vae object: by its
+    full name (``ppl_vae.infer.PartedELBO``, ``ppl_vae.fit()``), by a name it is reachable
+    under (``ppl_vae.fit`` for ``ppl_vae.train.fit``), or by a bare class, function, exception
+    or constant name that only one documented object has (``PartedELBO``). Other code (file
+    names, settings, expressions) stays as it is; the API pages link through their roles."""
+
+    default_priority = 5
+
+    def run(self, **kwargs) -> None:
+        if self.env.docname.startswith("api/"):
+            return
+        objects = self.env.get_domain("py").objects
+        bare: dict[str, list[str]] = {}
+        for full_name, entry in objects.items():
+            if entry.objtype in LINKED_BY_BARE_NAME and not entry.aliased:
+                bare.setdefault(full_name.rsplit(".", 1)[-1], []).append(full_name)
+        for literal in list(self.document.findall(nodes.literal)):
+            if isinstance(literal.parent, (nodes.reference, addnodes.pending_xref, nodes.literal_block)):
+                continue
+            match = _CODE_NAME.match(literal.astext())
+            target = match and self._target(match["name"], objects, bare)
+            if target:
+                entry = objects[target]
+                reference = make_refnode(self.app.builder, self.env.docname, entry.docname, entry.node_id,
+                                         literal.deepcopy(), target)
+                literal.replace_self(reference)
+
+    @staticmethod
+    def _target(name: str, objects: dict, bare: dict[str, list[str]]) -> str | None:
+        """The documented full name ``name`` stands for, or None."""
+        if name.startswith(f"{PACKAGE}."):
+            if name in objects:
+                return name
+            home = DOCUMENTED_HOMES.get(id(_imported(name)))
+            return home if home in objects else None
+        homes = bare.get(name, [])
+        return homes[0] if len(homes) == 1 else None
+
+
 def setup(app):
+    app.add_post_transform(LinkNamesInCodeFont)
     app.connect("autodoc-process-signature", _private_defaults_as_values)
     app.connect("autodoc-process-docstring", _constant_docstring)
     app.connect("autodoc-process-bases", _public_bases)

@@ -1,5 +1,6 @@
 """docs/check_site.py, which CI runs on the built site: a page that loads a script from another
-host (MathJax from a CDN) fails the check; scripts served by the site pass; with a headless
+host (MathJax from a CDN) fails the check; scripts served by the site pass; a documented
+name in code font on a narrative page without a link fails it; with a headless
 Chromium, a formula typesets offline from the MathJax the site serves, and a page whose
 MathJax cannot load fails ``--math``."""
 from __future__ import annotations
@@ -49,6 +50,24 @@ def test_a_signature_showing_a_default_as_a_constant_field_fails_the_site_check(
     assert checked.returncode == 1
     assert "api/hidden.html" in checked.stderr and "PARTED.gamma_z" in checked.stderr
     assert "shown.html" not in checked.stderr
+
+
+def test_a_documented_name_in_code_font_without_a_link_fails_the_site_check(tmp_path):
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "checks.html").write_text(
+        '<dt class="sig sig-object py" id="ppl_vae.checks.pixel_means">'
+        '<code class="docutils literal notranslate"><span class="pre">ppl_vae.checks.pixel_means</span></code>')
+    code = '<code class="docutils literal notranslate"><span class="pre">{}</span></code>'
+    linked = '<a class="reference internal" href="api/checks.html#ppl_vae.checks.pixel_means">{}</a>'
+    (tmp_path / "index.html").write_text(linked.format(code.format("ppl_vae.checks.pixel_means")) + code.format("metrics.csv"))
+    assert check(tmp_path).returncode == 0
+    (tmp_path / "criticism.html").write_text(code.format("ppl_vae.checks.pixel_means()"))
+
+    checked = check(tmp_path)
+
+    assert checked.returncode == 1
+    assert "criticism.html: ppl_vae.checks.pixel_means in code font without a link" in checked.stderr
+    assert "index.html" not in checked.stderr and "api/" not in checked.stderr
 
 
 def served_mathjax(site: Path) -> None:
