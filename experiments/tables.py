@@ -1,4 +1,4 @@
-"""The results tables of README.md and the Results pages (docs/results/), written from the campaign's records.
+"""The results tables of README.md, the model pages and the Results pages (docs/results/), written from the campaign's records.
 
     python experiments/tables.py           # rewrite every table between its markers
     python experiments/tables.py --check   # exit 1 when a table in the docs differs from the records
@@ -24,7 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-DOCUMENTS = ("README.md", "docs/results/parted.md", "docs/results/decomposition.md")
+DOCUMENTS = ("README.md", "docs/parted.md", "docs/decomposition.md", "docs/results/parted.md", "docs/results/decomposition.md")
 MARKER = re.compile(r"(<!-- campaign-table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /campaign-table -->)", re.DOTALL)
 
 Records = Mapping[str, list[dict[str, Any]]]

@@ -150,7 +150,8 @@ def _record(experiment: str, seed: int, score: float, complete: bool = True) -> 
 def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_path):
     results, root = tmp_path / "results", tmp_path / "root"
     (root / "docs" / "results").mkdir(parents=True)
-    for document in ("README.md", "docs/results/parted.md", "docs/results/decomposition.md"):
+    for document in ("README.md", "docs/parted.md", "docs/decomposition.md", "docs/results/parted.md",
+                     "docs/results/decomposition.md"):
         (root / document).write_text("before\n<!-- campaign-table: parted-dsprites -->\n<!-- /campaign-table -->\nafter\n")
     for seed, (labels, no_bc) in enumerate([(0.93, 0.85), (0.91, 0.80), (0.90, 0.88)]):
         for experiment, score in (("parted-dsprites-labels", labels), ("parted-dsprites-no-bc", no_bc)):
