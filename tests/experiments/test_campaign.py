@@ -169,6 +169,28 @@ def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_pa
     assert table.startswith("before\n") and table.endswith("<!-- /campaign-table -->\nafter\n")
 
 
+def test_a_target_out_of_reach_before_every_seed_is_in_is_reported_not_met(tmp_path):
+    results, root = tmp_path / "results", tmp_path / "root"
+    (root / "docs" / "results").mkdir(parents=True)
+    for document in ("README.md", "docs/parted.md", "docs/decomposition.md", "docs/results/parted.md",
+                     "docs/results/decomposition.md"):
+        (root / document).write_text("<!-- campaign-table: parted-dsprites -->\n<!-- /campaign-table -->\n")
+    scores = {"parted-dsprites-labels": [0.93, 0.91], "parted-dsprites-no-bc": [0.85, 0.95],
+              "parted-dsprites-unsupervised": [0.40, 0.45], "parted-dsprites-unsupervised-ramped": [0.80]}
+    for experiment, values in scores.items():
+        (results / experiment).mkdir(parents=True)
+        for seed, score in enumerate(values):
+            (results / experiment / f"seed{seed}.json").write_text(json.dumps(_record(experiment, seed, score)))
+
+    assert run([sys.executable, str(TABLES), "--results", str(results), "--root", str(root)]).returncode == 0
+
+    table = (root / "README.md").read_text()
+    assert "**not met**: below parted-dsprites-labels for every seed: 0.850 vs 0.930, 0.950 vs 0.910" in table
+    assert "**not met**: >= 0.775 over 3 seeds: at most 0.617 even if the other 1 scored 1 (0.400, 0.450 so far)" in table
+    assert "not yet decided: >= 0.9 over 3 seeds: 2 of 3 seeds so far" in table
+    assert "not yet decided: >= 0.775 over 3 seeds: 1 of 3 seeds so far" in table  # 0.80 and two perfect seeds could
+
+
 def test_the_tables_in_the_docs_are_the_ones_the_committed_records_give():
     checked = run([sys.executable, str(TABLES), "--check"])
     assert checked.returncode == 0, checked.stderr
