@@ -11,8 +11,9 @@ Before unpickling anything, a weights-only load checks that the file is the zip 
 ``torch.save`` writes, with every entry stored uncompressed and their sizes together within the
 file's own size: a compressed entry (which torch inflates into memory before checking it, so a
 megabyte can claim a gigabyte) or an older torch's non-zip format (whose storages are allocated
-at the sizes the pickle claims) is refused, so that reading a file never takes more memory than
-a small multiple of its size.
+at the sizes the pickle claims) is refused. After loading, a tensor whose elements span more
+bytes than the file (a view repeating its storage's elements, which a check would materialise)
+is refused too: reading a file never takes much more memory than its size.
 
 ppl_vae's checkpoints carry a SHA-256 digest of their weights and optimiser states
 (``checkpoint["ppl_vae"]["digest"]``, ``tensor_digest``): torch does not check the CRCs of
@@ -34,7 +35,7 @@ import lightning as L
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from ppl_vae._files import write_atomically
+from ppl_vae._files import MAX_NESTING, NestingError, write_atomically
 
 DIGESTED = ("state_dict", "optimizer_states")
 """The parts of a checkpoint whose tensors its digest covers."""
@@ -90,15 +91,26 @@ _UNSUPPORTED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)")
 
 
 def _tensors(tree: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(path, tensor)`` for every tensor in nested dicts, lists and tuples, in a fixed order."""
-    if isinstance(tree, torch.Tensor):
-        yield where, tree
-    elif isinstance(tree, dict):
-        for key in sorted(tree, key=str):
-            yield from _tensors(tree[key], f"{where}/{key}")
-    elif isinstance(tree, (list, tuple)):
-        for index, item in enumerate(tree):
-            yield from _tensors(item, f"{where}/{index}")
+    """``(path, tensor)`` for every tensor in nested dicts, lists and tuples, depth first in a
+    fixed order (a dict's keys sorted as text).
+
+    :raises NestingError: for containers nested deeper than :data:`~ppl_vae._files.MAX_NESTING`.
+    """
+    stack = [(where, tree, 0)]
+    while stack:
+        place, node, depth = stack.pop()
+        if isinstance(node, torch.Tensor):
+            yield place, node
+            continue
+        if isinstance(node, dict):
+            children = [(f"{place}/{key}", node[key]) for key in sorted(node, key=str)]
+        elif isinstance(node, (list, tuple)):
+            children = [(f"{place}/{index}", item) for index, item in enumerate(node)]
+        else:
+            continue
+        if children and depth >= MAX_NESTING:
+            raise NestingError(f"{place} nests containers deeper than {MAX_NESTING}")
+        stack.extend((child_place, child, depth + 1) for child_place, child in reversed(children))
 
 
 def tensor_digest(checkpoint: dict[str, Any]) -> str:
@@ -138,6 +150,26 @@ def _check_finite_weights(checkpoint: dict[str, Any], path: Path) -> None:
             raise CheckpointError(f"checkpoint {path}: weight {name!r} holds NaN or infinite values")
 
 
+def _check_tensor_extents(checkpoint: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint holding a tensor that is not dense, or whose elements span more bytes
+    than the whole file (a view repeating its storage's elements, ``expand``-style, which the
+    checks after it would materialise), and one nesting containers deeper than
+    :data:`~ppl_vae._files.MAX_NESTING`."""
+    size = path.stat().st_size
+    try:
+        for where, tensor in _tensors(checkpoint, ""):
+            if tensor.layout != torch.strided:
+                raise CheckpointError(f"checkpoint {path}: tensor {where!r} is {tensor.layout}; checkpoints hold dense tensors")
+            span = tensor.numel() * tensor.element_size()
+            if span > size:
+                raise CheckpointError(
+                    f"checkpoint {path}: tensor {where!r} {tuple(tensor.shape)} spans {span} bytes, more than the "
+                    f"file's {size}: a view repeating the elements of its storage"
+                )
+    except NestingError as error:
+        raise CheckpointError(f"checkpoint {path}: {error}") from error
+
+
 def _check_archive(path: Path) -> None:
     """Refuse a file that is not a zip archive of uncompressed entries whose sizes sum to at
     most the file's size (what ``torch.save`` writes): the bound that keeps a weights-only load
@@ -171,7 +203,9 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         older ppl_vae (which pickled numpy arrays): unpickling such a file can run any code
         it holds.
     :raises CheckpointError: for a missing, corrupt or foreign file, (weights-only) one that is
-        not an archive of uncompressed entries within its own size, one whose tensors differ
+        not an archive of uncompressed entries within its own size, one holding a tensor that is
+        not dense or spans more bytes than the file, or containers nested deeper than
+        :data:`~ppl_vae._files.MAX_NESTING`, one whose tensors differ
         from its digest, one with a NaN or infinite weight (naming it), and one holding
         objects a weights-only load refuses (naming the first such object).
     """
@@ -195,6 +229,7 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {_last_line(error)}") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} is not a ppl_vae/Lightning checkpoint")
+    _check_tensor_extents(checkpoint, path)
     _check_finite_weights(checkpoint, path)
     _check_digest(checkpoint, path)
     return checkpoint

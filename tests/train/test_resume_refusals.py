@@ -184,3 +184,25 @@ def test_a_checkpoint_in_an_older_torch_format_is_read_only_when_trusted(killed_
     with pytest.raises(CheckpointError, match=r"not a zip archive .*weights_only=False"):
         read_checkpoint(path)
     assert read_checkpoint(path, weights_only=False)["ppl_vae"]["iteration"] == 20
+
+
+def test_a_tensor_repeating_its_storage_beyond_the_files_size_is_refused_before_it_is_materialised(killed_run):
+    path = killed_run / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["state_dict"]["model.repeated"] = torch.zeros(1).expand(1000, 1000)  # 4 MB of one stored float
+    torch.save(checkpoint, path)
+    assert path.stat().st_size < 4_000_000
+    with pytest.raises(CheckpointError, match=r"tensor '/state_dict/model.repeated' \(1000, 1000\) spans 4000000 bytes"):
+        read_checkpoint(path)
+
+
+def test_a_checkpoint_nesting_containers_too_deep_is_refused(killed_run):
+    path = killed_run / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    nested: list = [torch.zeros(1)]
+    for _ in range(100):
+        nested = [nested]
+    checkpoint["ppl_vae"]["nested"] = nested
+    torch.save(checkpoint, path)
+    with pytest.raises(CheckpointError, match="nests containers deeper than 64"):
+        read_checkpoint(path)
