@@ -147,12 +147,18 @@ def _record(experiment: str, seed: int, score: float, complete: bool = True) -> 
                         "dci_disentanglement": 0.4, "beta_vae": 1.0, "shape_accuracy": 0.99}}
 
 
-def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_path):
-    results, root = tmp_path / "results", tmp_path / "root"
+def documents_with_a_table(root: Path) -> None:
+    """Every document tables.py writes, under ``root``, each holding the parted-dsprites table's
+    markers between a line before and a line after."""
     (root / "docs" / "results").mkdir(parents=True)
     for document in ("README.md", "docs/parted.md", "docs/decomposition.md", "docs/results/parted.md",
                      "docs/results/decomposition.md"):
         (root / document).write_text("before\n<!-- campaign-table: parted-dsprites -->\n<!-- /campaign-table -->\nafter\n")
+
+
+def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_path):
+    results, root = tmp_path / "results", tmp_path / "root"
+    documents_with_a_table(root)
     for seed, (labels, no_bc) in enumerate([(0.93, 0.85), (0.91, 0.80), (0.90, 0.88)]):
         for experiment, score in (("parted-dsprites-labels", labels), ("parted-dsprites-no-bc", no_bc)):
             (results / experiment).mkdir(parents=True, exist_ok=True)
@@ -171,10 +177,7 @@ def test_tables_are_written_from_records_and_check_fails_when_they_differ(tmp_pa
 
 def test_a_target_out_of_reach_before_every_seed_is_in_is_reported_not_met(tmp_path):
     results, root = tmp_path / "results", tmp_path / "root"
-    (root / "docs" / "results").mkdir(parents=True)
-    for document in ("README.md", "docs/parted.md", "docs/decomposition.md", "docs/results/parted.md",
-                     "docs/results/decomposition.md"):
-        (root / document).write_text("<!-- campaign-table: parted-dsprites -->\n<!-- /campaign-table -->\n")
+    documents_with_a_table(root)
     scores = {"parted-dsprites-labels": [0.93, 0.91], "parted-dsprites-no-bc": [0.85, 0.95],
               "parted-dsprites-unsupervised": [0.40, 0.45], "parted-dsprites-unsupervised-ramped": [0.80]}
     for experiment, values in scores.items():
