@@ -23,8 +23,10 @@ that too; otherwise the next invocation scores it.
 
 Records: ``results/<experiment>/seed<k>.json`` (or ``--results``), written whenever a worker
 stops: ``experiment``, ``seed``, ``complete`` (steps done and scored), ``steps`` (done),
-``target_steps``, ``wall_seconds`` (training, evaluation and scoring, summed over
-invocations), ``commit`` (of the code that wrote the record; ``dirty`` when it had uncommitted
+``target_steps``, ``training_seconds`` (training and the curve's evaluations, summed over
+invocations and kept in the checkpoints, so that an invocation killed before it wrote the
+record loses at most the time since its last checkpoint), ``wall_seconds`` (that, plus the
+setup and scoring of every invocation that wrote the record), ``commit`` (of the code that wrote the record; ``dirty`` when it had uncommitted
 changes), ``versions``, ``machine``, ``settings`` (the recipe's full config), ``metrics`` (the
 final figures, empty until complete) and ``curve`` (``[{"step", "metrics"}]``, the Factor score
 under both protocols at every ``curve_every`` steps). ``experiments/tables.py`` turns them into
@@ -222,6 +224,29 @@ class Deadline(L.Callback):
             raise BudgetSpent(f"the budget ended at iteration {module.iteration}")
 
 
+class TrainingClock(L.Callback):
+    """The wall seconds a run has spent training (curve evaluations included) over all its
+    invocations, kept in its checkpoints: an invocation killed before it writes its record (at
+    the end of a session, during scoring) loses at most the time since its last checkpoint."""
+
+    def __init__(self) -> None:
+        self.before = 0.0  # the seconds of earlier invocations, from the checkpoint resumed
+        self._started: float | None = None
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self._started = time.time()
+
+    @property
+    def seconds(self) -> float:
+        return self.before + (time.time() - self._started if self._started is not None else 0.0)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.before = float(state_dict["seconds"])
+
+
 class DSpritesScoring:
     """dSprites: the curve holds the Factor score under both protocols at ``curve_votes``
     votes; the final figures are the Factor score under the standard protocol (``votes``
@@ -334,18 +359,24 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     experiment = recipe.build(config)
     scoring = DSpritesScoring(run, config) if run.scoring == "dsprites" else MNISTLabelsScoring(run, config)
     curve = scoring.curve()
+    fit_start = time.time()
     try:
         result = ppl_vae.fit(
             experiment.model, experiment.objective, experiment.train_data, config.train, run_dir=run_dir,
             resume=resume, overwrite=not resume,
             extra_config={"recipe": recipe.name, "config": config_to_dict(config),
                           "model_inputs": experiment.model_inputs},
-            callbacks=[curve, Deadline(deadline)], elbo_arguments=experiment.elbo_arguments,
+            callbacks=[curve, Deadline(deadline), TrainingClock()], elbo_arguments=experiment.elbo_arguments,
         )
         model = result.model
     except BudgetSpent:
         model = None
+    fit_end = time.time()
     checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
+    clock = next((value for key, value in checkpoint["callbacks"].items() if "TrainingClock" in key), None)
+    # a checkpoint written before the clock existed: the earlier invocations' time as recorded
+    training_seconds = clock["seconds"] if clock else previous.get("wall_seconds", 0.0) + fit_end - fit_start
+    other_seconds = previous.get("wall_seconds", 0.0) - previous.get("training_seconds", previous.get("wall_seconds", 0.0))
     steps = int(checkpoint["ppl_vae"]["iteration"])
     state = next(value for key, value in checkpoint["callbacks"].items() if "PeriodicEvaluation" in key)
     history = state["history"]
@@ -368,7 +399,8 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
         "steps": steps,
         "target_steps": run.steps,
         "stopped_at": state["stopped_at"],
-        "wall_seconds": round(previous.get("wall_seconds", 0.0) + time.time() - start, 1),
+        "training_seconds": round(training_seconds, 1),
+        "wall_seconds": round(training_seconds + other_seconds + (fit_start - start) + (time.time() - fit_end), 1),
         "invocations": previous.get("invocations", 0) + 1,
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": code_commit(),

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "experiments" / "campaign.py"
@@ -57,14 +58,14 @@ def test_a_run_writes_a_complete_record_with_settings_versions_metrics_and_curve
     assert uninterrupted["experiment"] == "tiny-parted" and uninterrupted["seed"] == 0
     assert uninterrupted["settings"]["train"]["steps"] == 40 and uninterrupted["settings"]["hidden"] == 8
     assert set(uninterrupted["versions"]) >= {"ppl_vae", "torch", "pyro", "lightning"}
-    assert uninterrupted["commit"] and uninterrupted["wall_seconds"] > 0
+    assert uninterrupted["commit"] and uninterrupted["wall_seconds"] > uninterrupted["training_seconds"] > 0
     assert {"factor_score", "factor_score_parted", "mig", "sap", "dci_disentanglement", "beta_vae",
             "shape_accuracy"} <= set(uninterrupted["metrics"])
     assert [point["step"] for point in uninterrupted["curve"]] == [20, 40]
     assert set(uninterrupted["curve"][0]["metrics"]) == {"factor_score", "factor_score_parted"}
 
 
-def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one(tmp_path, uninterrupted):
+def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_one_its_time_counted(tmp_path, uninterrupted):
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(campaign(tmp_path, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"),
                                env=environment, start_new_session=True, stdout=subprocess.DEVNULL,
@@ -76,6 +77,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_o
     os.killpg(process.pid, signal.SIGKILL)  # the campaign and its worker, at their first checkpoint
     process.wait()
     assert checkpoint.is_file()
+    trained_before_the_kill = next(state["seconds"] for key, state in torch.load(checkpoint)["callbacks"].items()
+                                   if "TrainingClock" in key)
 
     resumed = run(campaign(tmp_path, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"))
 
@@ -85,6 +88,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_o
     assert record(tmp_path)["complete"]
     assert record(tmp_path)["metrics"] == uninterrupted["metrics"]
     assert record(tmp_path)["curve"] == uninterrupted["curve"]
+    assert record(tmp_path)["training_seconds"] > trained_before_the_kill > 0  # the killed invocation's time counts
 
 
 def test_a_run_whose_checkpoint_is_gone_restarts_with_a_message(tmp_path):
