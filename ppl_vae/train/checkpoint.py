@@ -94,7 +94,7 @@ def _tensors(tree: Any, where: str) -> Iterator[tuple[str, torch.Tensor]]:
     """``(path, tensor)`` for every tensor in nested dicts, lists and tuples, depth first in a
     fixed order (a dict's keys sorted as text).
 
-    :raises NestingError: for containers nested deeper than :data:`~ppl_vae._files.MAX_NESTING`.
+    :raises NestingError: for containers nested deeper than ``MAX_NESTING`` (64).
     """
     stack = [(where, tree, 0)]
     while stack:
@@ -154,7 +154,7 @@ def _check_tensor_extents(checkpoint: dict[str, Any], path: Path) -> None:
     """Refuse a checkpoint holding a tensor that is not dense, or whose elements span more bytes
     than the whole file (a view repeating its storage's elements, ``expand``-style, which the
     checks after it would materialise), and one nesting containers deeper than
-    :data:`~ppl_vae._files.MAX_NESTING`."""
+    ``MAX_NESTING`` (64)."""
     size = path.stat().st_size
     try:
         for where, tensor in _tensors(checkpoint, ""):
@@ -202,12 +202,11 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         only, never code. ``False`` is for trusted files written by other code or by an
         older ppl_vae (which pickled numpy arrays): unpickling such a file can run any code
         it holds.
-    :raises CheckpointError: for a missing, corrupt or foreign file, (weights-only) one that is
-        not an archive of uncompressed entries within its own size, one holding a tensor that is
-        not dense or spans more bytes than the file, or containers nested deeper than
-        :data:`~ppl_vae._files.MAX_NESTING`, one whose tensors differ
-        from its digest, one with a NaN or infinite weight (naming it), and one holding
-        objects a weights-only load refuses (naming the first such object).
+    :raises CheckpointError: for a missing, corrupt or foreign file; (weights-only) one that is
+        not an archive of uncompressed entries within its own size; one holding a tensor that is
+        not dense or spans more bytes than the file, or containers nested deeper than 64 levels;
+        one whose tensors differ from its digest; one with a NaN or infinite weight (naming it);
+        and one holding objects a weights-only load refuses (naming the first such object).
     """
     path = Path(path)
     if not path.is_file():
