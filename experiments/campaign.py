@@ -22,11 +22,12 @@ left. A run that has done its steps is scored (the final metrics) only when the 
 that too; otherwise the next invocation scores it.
 
 Records: ``results/<experiment>/seed<k>.json`` (or ``--results``), written whenever a worker
-stops: ``experiment``, ``seed``, ``complete`` (steps done and scored), ``steps`` (done),
-``target_steps``, ``training_seconds`` (training and the curve's evaluations, summed over
-invocations and kept in the checkpoints, so that an invocation killed before it wrote the
-record loses at most the time since its last checkpoint), ``wall_seconds`` (that, plus the
-setup and scoring of every invocation that wrote the record), ``commit`` (of the code that wrote the record; ``dirty`` when it had uncommitted
+stops, and when a run has done its steps, before it is scored: ``experiment``, ``seed``,
+``complete`` (steps done and scored), ``steps`` (done), ``target_steps``, ``training_seconds``
+(training and the curve's evaluations, summed over invocations and kept in the checkpoints, so
+that an invocation killed before it wrote the record loses at most the time since its last
+checkpoint), ``wall_seconds`` (that, plus the setup and scoring of every invocation that wrote
+the record), ``commit`` (of the code that wrote the record; ``dirty`` when it had uncommitted
 changes), ``versions``, ``machine``, ``settings`` (the recipe's full config), ``metrics`` (the
 final figures, empty until complete) and ``curve`` (``[{"step", "metrics"}]``, the Factor score
 under both protocols at every ``curve_every`` steps). ``experiments/tables.py`` turns them into
@@ -381,8 +382,36 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     state = next(value for key, value in checkpoint["callbacks"].items() if "PeriodicEvaluation" in key)
     history = state["history"]
     done = steps == run.steps or state["stopped_at"] is not None
+    settings = config_to_dict(config)
+    curve_points = [{"step": int(point["step"]), "metrics": {k: float(v) for k, v in point.items() if k != "step"}}
+                    for point in history]
+
+    def record_with(metrics: dict[str, float]) -> dict[str, Any]:
+        return {
+            "experiment": run.experiment,
+            "seed": run.seed,
+            "complete": bool(metrics),
+            "steps": steps,
+            "target_steps": run.steps,
+            "stopped_at": state["stopped_at"],
+            "training_seconds": round(training_seconds, 1),
+            "wall_seconds": round(training_seconds + other_seconds + (fit_start - start) + (time.time() - fit_end), 1),
+            "invocations": previous.get("invocations", 0) + 1,
+            "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": code_commit(),
+            "versions": versions(),
+            "machine": machine(device),
+            "recipe": run.recipe,
+            "settings": settings,
+            "votes": run.votes,
+            "metrics": metrics,
+            "curve": curve_points,
+        }
+
     metrics: dict[str, float] = {}
     if done and time.time() < deadline:
+        write_record(run.record_path(results), record_with({}))  # trained: says so even if scoring is interrupted
+        print(f"{run.name}: trained ({steps} steps); scoring", flush=True)
         model.eval()
         with torch.no_grad():
             if isinstance(scoring, DSpritesScoring):
@@ -392,30 +421,11 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
             metrics = scoring.score(model, experiment.train_data["labelled"], state["best"]["step"])
     elif done:
         print(f"{run.name}: trained; the budget leaves no time to score it (the next invocation will)", flush=True)
-    record = {
-        "experiment": run.experiment,
-        "seed": run.seed,
-        "complete": bool(metrics),
-        "steps": steps,
-        "target_steps": run.steps,
-        "stopped_at": state["stopped_at"],
-        "training_seconds": round(training_seconds, 1),
-        "wall_seconds": round(training_seconds + other_seconds + (fit_start - start) + (time.time() - fit_end), 1),
-        "invocations": previous.get("invocations", 0) + 1,
-        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": code_commit(),
-        "versions": versions(),
-        "machine": machine(device),
-        "recipe": run.recipe,
-        "settings": config_to_dict(config),
-        "votes": run.votes,
-        "metrics": metrics,
-        "curve": [{"step": int(point["step"]), "metrics": {k: float(v) for k, v in point.items() if k != "step"}}
-                  for point in history],
-    }
+    record = record_with(metrics)
     write_record(run.record_path(results), record)
-    state = "complete" if record["complete"] else f"{record['steps']} of {run.steps} steps"
-    print(f"{run.name}: {state}, {record['wall_seconds']:.0f} s in all; record {run.record_path(results)}", flush=True)
+    progress = "complete" if record["complete"] else f"{record['steps']} of {run.steps} steps"
+    print(f"{run.name}: {progress}, {record['wall_seconds']:.0f} s in all; record {run.record_path(results)}",
+          flush=True)
     return record
 
 
