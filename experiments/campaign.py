@@ -230,8 +230,10 @@ class TrainingClock(L.Callback):
     invocations, kept in its checkpoints: an invocation killed before it writes its record (at
     the end of a session, during scoring) loses at most the time since its last checkpoint."""
 
-    def __init__(self) -> None:
-        self.before = 0.0  # the seconds of earlier invocations, from the checkpoint resumed
+    def __init__(self, before: float = 0.0) -> None:
+        """:param before: the seconds of earlier invocations where the checkpoint resumed holds
+            none (written before the clock existed); the checkpoint's own value replaces it."""
+        self.before = before
         self._started: float | None = None
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
@@ -360,6 +362,7 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     experiment = recipe.build(config)
     scoring = DSpritesScoring(run, config) if run.scoring == "dsprites" else MNISTLabelsScoring(run, config)
     curve = scoring.curve()
+    clock = TrainingClock(before=previous.get("training_seconds", previous.get("wall_seconds", 0.0)))
     fit_start = time.time()
     try:
         result = ppl_vae.fit(
@@ -367,16 +370,15 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
             resume=resume, overwrite=not resume,
             extra_config={"recipe": recipe.name, "config": config_to_dict(config),
                           "model_inputs": experiment.model_inputs},
-            callbacks=[curve, Deadline(deadline), TrainingClock()], elbo_arguments=experiment.elbo_arguments,
+            callbacks=[curve, Deadline(deadline), clock], elbo_arguments=experiment.elbo_arguments,
         )
         model = result.model
     except BudgetSpent:
         model = None
     fit_end = time.time()
     checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
-    clock = next((value for key, value in checkpoint["callbacks"].items() if "TrainingClock" in key), None)
-    # a checkpoint written before the clock existed: the earlier invocations' time as recorded
-    training_seconds = clock["seconds"] if clock else previous.get("wall_seconds", 0.0) + fit_end - fit_start
+    saved_clock = next((value for key, value in checkpoint["callbacks"].items() if "TrainingClock" in key), None)
+    training_seconds = saved_clock["seconds"] if saved_clock else clock.before + fit_end - fit_start
     other_seconds = previous.get("wall_seconds", 0.0) - previous.get("training_seconds", previous.get("wall_seconds", 0.0))
     steps = int(checkpoint["ppl_vae"]["iteration"])
     state = next(value for key, value in checkpoint["callbacks"].items() if "PeriodicEvaluation" in key)

@@ -91,6 +91,21 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_ends_as_an_uninterrupted_o
     assert record(tmp_path)["training_seconds"] > trained_before_the_kill > 0  # the killed invocation's time counts
 
 
+def test_the_training_time_of_earlier_invocations_is_read_from_the_checkpoint(tmp_path):
+    past = str(time.time() - 1)  # a spent budget: the worker stops at its first checkpoint
+    assert run(campaign(tmp_path, "worker", "tiny-parted", "0", "--deadline", past)).returncode == 0
+    path = tmp_path / "checkpoints" / "tiny-parted" / "seed0" / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(path, weights_only=True)
+    key = next(key for key in checkpoint["callbacks"] if "TrainingClock" in key)
+    checkpoint["callbacks"][key]["seconds"] = 1000.0  # as if the first invocation had trained that long
+    torch.save(checkpoint, path)  # the digest covers weights and optimiser states, not callbacks
+
+    resumed = run(campaign(tmp_path, "run", "--budget-minutes", "10", "--poll-seconds", "0.2"))
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert record(tmp_path)["complete"] and 1000.0 < record(tmp_path)["training_seconds"] < 1000.0 + 600
+
+
 def test_a_run_whose_checkpoint_is_gone_restarts_with_a_message(tmp_path):
     started = {"experiment": "tiny-parted", "seed": 0, "complete": False, "steps": 30, "target_steps": 40,
                "wall_seconds": 12.0, "invocations": 1, "curve": [], "metrics": {}}
