@@ -362,7 +362,10 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     experiment = recipe.build(config)
     scoring = DSpritesScoring(run, config) if run.scoring == "dsprites" else MNISTLabelsScoring(run, config)
     curve = scoring.curve()
-    clock = TrainingClock(before=previous.get("training_seconds", previous.get("wall_seconds", 0.0)))
+    # a record from before the training clock holds wall time only: count it all as training
+    previous_training = previous.get("training_seconds", previous.get("wall_seconds", 0.0))
+    previous_other = previous.get("wall_seconds", 0.0) - previous_training  # setup and scoring so far
+    clock = TrainingClock(before=previous_training)
     fit_start = time.time()
     try:
         result = ppl_vae.fit(
@@ -379,7 +382,6 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
     checkpoint = read_checkpoint(run_dir / "checkpoints" / "last.ckpt")
     saved_clock = next((value for key, value in checkpoint["callbacks"].items() if "TrainingClock" in key), None)
     training_seconds = saved_clock["seconds"] if saved_clock else clock.before + fit_end - fit_start
-    other_seconds = previous.get("wall_seconds", 0.0) - previous.get("training_seconds", previous.get("wall_seconds", 0.0))
     steps = int(checkpoint["ppl_vae"]["iteration"])
     state = next(value for key, value in checkpoint["callbacks"].items() if "PeriodicEvaluation" in key)
     history = state["history"]
@@ -397,7 +399,7 @@ def train_one(run: Run, checkpoints: Path, results: Path, deadline: float, devic
             "target_steps": run.steps,
             "stopped_at": state["stopped_at"],
             "training_seconds": round(training_seconds, 1),
-            "wall_seconds": round(training_seconds + other_seconds + (fit_start - start) + (time.time() - fit_end), 1),
+            "wall_seconds": round(training_seconds + previous_other + (fit_start - start) + (time.time() - fit_end), 1),
             "invocations": previous.get("invocations", 0) + 1,
             "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": code_commit(),

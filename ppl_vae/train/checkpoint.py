@@ -150,12 +150,11 @@ def _check_finite_weights(checkpoint: dict[str, Any], path: Path) -> None:
             raise CheckpointError(f"checkpoint {path}: weight {name!r} holds NaN or infinite values")
 
 
-def _check_tensor_extents(checkpoint: dict[str, Any], path: Path) -> None:
+def _check_tensor_extents(checkpoint: dict[str, Any], path: Path, size: int) -> None:
     """Refuse a checkpoint holding a tensor that is not dense, or whose elements span more bytes
-    than the whole file (a view repeating its storage's elements, ``expand``-style, which the
-    checks after it would materialise), and one nesting containers deeper than
-    ``MAX_NESTING`` (64)."""
-    size = path.stat().st_size
+    than the whole file of ``size`` bytes (a view repeating its storage's elements,
+    ``expand``-style, which the checks after it would materialise), and one nesting containers
+    deeper than ``MAX_NESTING`` (64)."""
     try:
         for where, tensor in _tensors(checkpoint, ""):
             if tensor.layout != torch.strided:
@@ -170,11 +169,10 @@ def _check_tensor_extents(checkpoint: dict[str, Any], path: Path) -> None:
         raise CheckpointError(f"checkpoint {path}: {error}") from error
 
 
-def _check_archive(path: Path) -> None:
+def _check_archive(path: Path, size: int) -> None:
     """Refuse a file that is not a zip archive of uncompressed entries whose sizes sum to at
-    most the file's size (what ``torch.save`` writes): the bound that keeps a weights-only load
-    from allocating more than the file holds."""
-    size = path.stat().st_size
+    most the file's ``size`` in bytes (what ``torch.save`` writes): the bound that keeps a
+    weights-only load from allocating more than the file holds."""
     try:
         with zipfile.ZipFile(path) as archive:
             entries = archive.infolist()
@@ -211,8 +209,9 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    size = path.stat().st_size
     if weights_only:
-        _check_archive(path)
+        _check_archive(path, size)
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=weights_only)
     except pickle.UnpicklingError as error:
@@ -228,7 +227,7 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
         raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint: {_last_line(error)}") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise CheckpointError(f"checkpoint {path} is not a ppl_vae/Lightning checkpoint")
-    _check_tensor_extents(checkpoint, path)
+    _check_tensor_extents(checkpoint, path, size)
     _check_finite_weights(checkpoint, path)
     _check_digest(checkpoint, path)
     return checkpoint
