@@ -46,7 +46,8 @@ class Row:
     target: Callable[[Records], tuple[bool | None, str]]
 
 
-Column = tuple[str, Callable[[dict[str, Any]], float | None]]
+Column = tuple[str, Callable[[dict[str, Any]], float | None], Callable[[Sequence[float]], str]]
+"""A table column: its header, its value in one record, and the cell of the complete seeds' values."""
 
 
 def metric(key: str) -> Callable[[dict[str, Any]], float | None]:
@@ -60,14 +61,26 @@ def shape_accuracy(record: dict[str, Any]) -> float | None:
     return record["metrics"].get("shape_clustering_accuracy" if unsupervised else "shape_accuracy")
 
 
+def _spread(values: Sequence[float]) -> str:
+    """One seed's value, or the seeds' mean +- standard deviation, to 3 decimals."""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def _each_step(values: Sequence[float]) -> str:
+    """Each seed's step, in seed order: ``12,000, 9,000``."""
+    return ", ".join(f"{value:,.0f}" for value in values)
+
+
 DSPRITES_COLUMNS: list[Column] = [
-    ("Factor score", metric("factor_score")), ("parted protocol", metric("factor_score_parted")),
-    ("MIG", metric("mig")), ("SAP", metric("sap")), ("DCI-D", metric("dci_disentanglement")),
-    ("beta-VAE", metric("beta_vae")),
+    ("Factor score", metric("factor_score"), _spread), ("parted protocol", metric("factor_score_parted"), _spread),
+    ("MIG", metric("mig"), _spread), ("SAP", metric("sap"), _spread),
+    ("DCI-D", metric("dci_disentanglement"), _spread), ("beta-VAE", metric("beta_vae"), _spread),
 ]
 MNIST_COLUMNS: list[Column] = [
-    ("accuracy of q(c\\|x)", metric("accuracy")), ("labels alone", metric("labels_alone_accuracy")),
-    ("gap", metric("gap")), ("best step", metric("best_step")),
+    ("accuracy of q(c\\|x)", metric("accuracy"), _spread), ("labels alone", metric("labels_alone_accuracy"), _spread),
+    ("gap", metric("gap"), _spread), ("best step of each seed", metric("best_step"), _each_step),
 ]
 
 
@@ -142,7 +155,7 @@ class Table:
     @property
     def columns(self) -> list[Column]:
         """The figures' columns, and the shape accuracy where the table shows it."""
-        return [*self.figures, ("shape accuracy", shape_accuracy)] if self.shape_column else self.figures
+        return [*self.figures, ("shape accuracy", shape_accuracy, _spread)] if self.shape_column else self.figures
 
 
 TABLES: dict[str, Table] = {
@@ -183,12 +196,6 @@ def read_records(results: Path) -> dict[str, list[dict[str, Any]]]:
     return records
 
 
-def _spread(values: Sequence[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
-
-
 def _cells(table: Table, row: Row, records: Records) -> list[str]:
     done = complete(records, row.experiment)
     started = [r for r in records.get(row.experiment, []) if not r.get("complete")]
@@ -202,9 +209,9 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
     minutes = statistics.mean(r["wall_seconds"] for r in done) / 60
     commits = ", ".join(sorted({r["commit"][:7] + ("+dirty" if r["commit"].endswith("+dirty") else "") for r in done}))
     figures = []
-    for _, read in columns:
+    for _, read, summary in columns:
         values = [value for value in map(read, done) if value is not None]
-        figures.append(_spread(values) if values else "")
+        figures.append(summary(values) if values else "")
     return [row.label, f"{len(done)} ({', '.join(str(r['seed']) for r in done)}){pending}",
             "/".join(f"{s:,}" for s in steps), f"{minutes:.0f} min, {commits}", *figures, row.paper, verdict]
 
@@ -213,7 +220,7 @@ def render(name: str, records: Records) -> str:
     """The Markdown table ``name`` from ``records``."""
     table = TABLES[name]
     columns = table.columns
-    header = ["experiment", "seeds", "steps", "wall time per run, commit", *[label for label, _ in columns], "paper",
+    header = ["experiment", "seeds", "steps", "wall time per run, commit", *[label for label, _, _ in columns], "paper",
               "target"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.rows:
