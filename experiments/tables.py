@@ -46,8 +46,26 @@ class Row:
     target: Callable[[Records], tuple[bool | None, str]]
 
 
-Column = tuple[str, Callable[[dict[str, Any]], float | None], Callable[[Sequence[float]], str]]
-"""A table column: its header, its value in one record, and the cell of the complete seeds' values."""
+def _spread(values: Sequence[float]) -> str:
+    """One seed's value, or the seeds' mean +- standard deviation, to 3 decimals."""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
+
+
+def _each_step(values: Sequence[float]) -> str:
+    """Each seed's step, in seed order: ``12,000, 9,000``."""
+    return ", ".join(f"{value:,.0f}" for value in values)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, its value in one record, and the cell that the complete
+    seeds' values make (mean +- sd unless told otherwise)."""
+
+    label: str
+    read: Callable[[dict[str, Any]], float | None]
+    summary: Callable[[Sequence[float]], str] = _spread
 
 
 def metric(key: str) -> Callable[[dict[str, Any]], float | None]:
@@ -61,26 +79,14 @@ def shape_accuracy(record: dict[str, Any]) -> float | None:
     return record["metrics"].get("shape_clustering_accuracy" if unsupervised else "shape_accuracy")
 
 
-def _spread(values: Sequence[float]) -> str:
-    """One seed's value, or the seeds' mean +- standard deviation, to 3 decimals."""
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} +- {statistics.stdev(values):.3f}"
-
-
-def _each_step(values: Sequence[float]) -> str:
-    """Each seed's step, in seed order: ``12,000, 9,000``."""
-    return ", ".join(f"{value:,.0f}" for value in values)
-
-
 DSPRITES_COLUMNS: list[Column] = [
-    ("Factor score", metric("factor_score"), _spread), ("parted protocol", metric("factor_score_parted"), _spread),
-    ("MIG", metric("mig"), _spread), ("SAP", metric("sap"), _spread),
-    ("DCI-D", metric("dci_disentanglement"), _spread), ("beta-VAE", metric("beta_vae"), _spread),
+    Column("Factor score", metric("factor_score")), Column("parted protocol", metric("factor_score_parted")),
+    Column("MIG", metric("mig")), Column("SAP", metric("sap")), Column("DCI-D", metric("dci_disentanglement")),
+    Column("beta-VAE", metric("beta_vae")),
 ]
 MNIST_COLUMNS: list[Column] = [
-    ("accuracy of q(c\\|x)", metric("accuracy"), _spread), ("labels alone", metric("labels_alone_accuracy"), _spread),
-    ("gap", metric("gap"), _spread), ("best step of each seed", metric("best_step"), _each_step),
+    Column("accuracy of q(c\\|x)", metric("accuracy")), Column("labels alone", metric("labels_alone_accuracy")),
+    Column("gap", metric("gap")), Column("best step of each seed", metric("best_step"), _each_step),
 ]
 
 
@@ -155,7 +161,7 @@ class Table:
     @property
     def columns(self) -> list[Column]:
         """The figures' columns, and the shape accuracy where the table shows it."""
-        return [*self.figures, ("shape accuracy", shape_accuracy, _spread)] if self.shape_column else self.figures
+        return [*self.figures, Column("shape accuracy", shape_accuracy)] if self.shape_column else self.figures
 
 
 TABLES: dict[str, Table] = {
@@ -209,9 +215,9 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
     minutes = statistics.mean(r["wall_seconds"] for r in done) / 60
     commits = ", ".join(sorted({r["commit"][:7] + ("+dirty" if r["commit"].endswith("+dirty") else "") for r in done}))
     figures = []
-    for _, read, summary in columns:
-        values = [value for value in map(read, done) if value is not None]
-        figures.append(summary(values) if values else "")
+    for column in columns:
+        values = [value for value in map(column.read, done) if value is not None]
+        figures.append(column.summary(values) if values else "")
     return [row.label, f"{len(done)} ({', '.join(str(r['seed']) for r in done)}){pending}",
             "/".join(f"{s:,}" for s in steps), f"{minutes:.0f} min, {commits}", *figures, row.paper, verdict]
 
@@ -220,7 +226,7 @@ def render(name: str, records: Records) -> str:
     """The Markdown table ``name`` from ``records``."""
     table = TABLES[name]
     columns = table.columns
-    header = ["experiment", "seeds", "steps", "wall time per run, commit", *[label for label, _, _ in columns], "paper",
+    header = ["experiment", "seeds", "steps", "wall time per run, commit", *[column.label for column in columns], "paper",
               "target"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in table.rows:
