@@ -6,9 +6,9 @@
 A table sits in a Markdown file between ``<!-- campaign-table: NAME -->`` and
 ``<!-- /campaign-table -->``; NAME is one of :data:`TABLES`. Each row is one experiment of
 ``experiments/campaign.json``: its complete records (``results/<experiment>/seed<k>.json``,
-written by ``experiments/campaign.py``) as mean +- sd over seeds, the steps, the seeds, the
-mean wall time of a run, the commits that wrote them, the paper's number and whether the
-target is met. Records that are not complete yet are counted in the row, never averaged.
+written by ``experiments/campaign.py``) as mean +- sd over seeds, the steps (each seed's, in
+seed order, where they differ), the seeds, the mean wall time of a run, the commits that wrote
+them, the paper's number and whether the target is met. Records that are not complete yet are counted in the row, never averaged.
 """
 from __future__ import annotations
 
@@ -211,7 +211,9 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
     columns = table.columns
     if not done:
         return [row.label, "no complete record yet" + pending, "", "", *[""] * len(columns), row.paper, verdict]
-    steps = sorted({r["steps"] for r in done})
+    steps = [r["steps"] for r in done]  # each seed's, in seed order, or one figure when they agree
+    if len(set(steps)) == 1:
+        steps = steps[:1]
     minutes = statistics.mean(r["wall_seconds"] for r in done) / 60
     commits = ", ".join(sorted({r["commit"][:7] + ("+dirty" if r["commit"].endswith("+dirty") else "") for r in done}))
     figures = []
@@ -219,7 +221,7 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
         values = [value for value in map(column.read, done) if value is not None]
         figures.append(column.summary(values) if values else "")
     return [row.label, f"{len(done)} ({', '.join(str(r['seed']) for r in done)}){pending}",
-            "/".join(f"{s:,}" for s in steps), f"{minutes:.0f} min, {commits}", *figures, row.paper, verdict]
+            ", ".join(f"{s:,}" for s in steps), f"{minutes:.0f} min, {commits}", *figures, row.paper, verdict]
 
 
 def render(name: str, records: Records) -> str:

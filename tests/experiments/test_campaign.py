@@ -213,6 +213,19 @@ def test_a_target_out_of_reach_before_every_seed_is_in_is_reported_not_met(tmp_p
     assert "not yet decided: >= 0.775 over 3 seeds: 1 of 3 seeds so far" in table  # 0.80 and two perfect seeds could
 
 
+def test_a_row_whose_seeds_stopped_at_different_steps_shows_each_seeds_steps_in_seed_order(tmp_path):
+    results, root = tmp_path / "results", tmp_path / "root"
+    documents_with_a_table(root)
+    (results / "parted-dsprites-labels").mkdir(parents=True)
+    for seed, steps in enumerate([30000, 25000, 27500]):
+        record = {**_record("parted-dsprites-labels", seed, 0.9), "steps": steps}
+        (results / "parted-dsprites-labels" / f"seed{seed}.json").write_text(json.dumps(record))
+
+    assert run([sys.executable, str(TABLES), "--results", str(results), "--root", str(root)]).returncode == 0
+
+    assert "| 3 (0, 1, 2) | 30,000, 25,000, 27,500 | 60 min, 0123456 |" in (root / "README.md").read_text()
+
+
 def test_the_tables_in_the_docs_are_the_ones_the_committed_records_give():
     checked = run([sys.executable, str(TABLES), "--check"])
     assert checked.returncode == 0, checked.stderr
