@@ -133,17 +133,27 @@ def below_every_seed(experiment: str, reference: str, seeds: int) -> Callable[[R
 
 
 def above(experiment: str, reference: str) -> Callable[[Records], tuple[bool | None, str]]:
-    """Met when the mean standard Factor score of ``experiment`` exceeds that of ``reference``."""
+    """Met when the mean standard Factor score of ``experiment`` exceeds that of ``reference``;
+    each side's seeds are listed after its mean when it has more than one, so a reader sees
+    whether the means differ by more than the seeds spread."""
 
     def target(records: Records) -> tuple[bool | None, str]:
         ours, theirs = complete(records, experiment), complete(records, reference)
         if not ours or not theirs:
             return None, f"above {reference}: not both recorded yet"
-        mine = statistics.mean(r["metrics"]["factor_score"] for r in ours)
-        other = statistics.mean(r["metrics"]["factor_score"] for r in theirs)
-        return mine > other, f"above {reference}: {mine:.3f} vs {other:.3f}"
+        mine, other = _mean_and_seeds(ours), _mean_and_seeds(theirs)
+        return mine[0] > other[0], f"above {reference}: {mine[1]} vs {other[1]}"
 
     return target
+
+
+def _mean_and_seeds(runs: list[dict[str, Any]]) -> tuple[float, str]:
+    """The mean standard Factor score of ``runs`` and its text: the mean, then each seed's
+    score in brackets when there are several (``"0.660 (0.719, 0.601)"``)."""
+    scores = [run["metrics"]["factor_score"] for run in runs]
+    mean = statistics.mean(scores)
+    seeds = f" ({', '.join(f'{score:.3f}' for score in scores)})" if len(scores) > 1 else ""
+    return mean, f"{mean:.3f}{seeds}"
 
 
 def no_target(records: Records) -> tuple[bool | None, str]:

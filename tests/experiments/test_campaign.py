@@ -226,6 +226,22 @@ def test_a_row_whose_seeds_stopped_at_different_steps_shows_each_seeds_steps_in_
     assert "| 3 (0, 1, 2) | 30,000, 25,000, 27,500 | 60 min, 0123456 |" in (root / "README.md").read_text()
 
 
+def test_a_comparison_with_a_reference_of_several_seeds_lists_each_seed_beside_the_mean(tmp_path):
+    results, root = tmp_path / "results", tmp_path / "root"
+    documents_with_a_table(root)
+    (root / "README.md").write_text("<!-- campaign-table: decomposition-dsprites -->\n<!-- /campaign-table -->\n")
+    scores = {"decomposition-dsprites-isotropic": [0.72, 0.60], "decomposition-dsprites-pca": [0.70]}
+    for experiment, values in scores.items():
+        (results / experiment).mkdir(parents=True)
+        for seed, score in enumerate(values):
+            (results / experiment / f"seed{seed}.json").write_text(json.dumps(_record(experiment, seed, score)))
+
+    assert run([sys.executable, str(TABLES), "--results", str(results), "--root", str(root)]).returncode == 0
+
+    assert ("**met**: above decomposition-dsprites-isotropic: 0.700 vs 0.660 (0.720, 0.600)"
+            in (root / "README.md").read_text())
+
+
 def test_the_tables_in_the_docs_are_the_ones_the_committed_records_give():
     checked = run([sys.executable, str(TABLES), "--check"])
     assert checked.returncode == 0, checked.stderr
