@@ -8,7 +8,8 @@ A table sits in a Markdown file between ``<!-- campaign-table: NAME -->`` and
 ``experiments/campaign.json``: its complete records (``results/<experiment>/seed<k>.json``,
 written by ``experiments/campaign.py``) as mean +- sd over seeds, the steps (each seed's, in
 seed order, where they differ), the seeds, the mean wall time of a run, the commits that wrote
-them, the paper's number and whether the target is met. Records that are not complete yet are counted in the row, never averaged.
+them, the paper's number and whether the target is met. Records that are not complete yet are
+counted in the row, never averaged.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def _spread(values: Sequence[float]) -> str:
 
 
 def _each_step(values: Sequence[float]) -> str:
-    """Each seed's step, in seed order: ``12,000, 9,000``."""
+    """Each seed's step count, in seed order: ``12,000, 9,000``."""
     return ", ".join(f"{value:,.0f}" for value in values)
 
 
@@ -141,8 +142,9 @@ def above(experiment: str, reference: str) -> Callable[[Records], tuple[bool | N
         ours, theirs = complete(records, experiment), complete(records, reference)
         if not ours or not theirs:
             return None, f"above {reference}: not both recorded yet"
-        mine, other = _mean_and_seeds(ours), _mean_and_seeds(theirs)
-        return mine[0] > other[0], f"above {reference}: {mine[1]} vs {other[1]}"
+        mine, mine_text = _mean_and_seeds(ours)
+        other, other_text = _mean_and_seeds(theirs)
+        return mine > other, f"above {reference}: {mine_text} vs {other_text}"
 
     return target
 
@@ -231,7 +233,7 @@ def _cells(table: Table, row: Row, records: Records) -> list[str]:
         values = [value for value in map(column.read, done) if value is not None]
         figures.append(column.summary(values) if values else "")
     return [row.label, f"{len(done)} ({', '.join(str(r['seed']) for r in done)}){pending}",
-            ", ".join(f"{s:,}" for s in steps), f"{minutes:.0f} min, {commits}", *figures, row.paper, verdict]
+            _each_step(steps), f"{minutes:.0f} min, {commits}", *figures, row.paper, verdict]
 
 
 def render(name: str, records: Records) -> str:
