@@ -26,12 +26,20 @@ the step:
 - Pyro reads the loss on the host every call (``torch_item`` of each particle and of the
   surrogate, ``warn_if_nan`` on the value and, through a hook, on its gradient): on a GPU
   each read stalls the step until the device catches up. With a fully reparameterised
-  mean-field guide the surrogate loss *is* the loss, so it is returned on the device; NaNs
-  are left to the engine, which checks once per logging interval.
+  mean-field guide the surrogate loss *is* the loss, so :meth:`MeanFieldELBO.training_loss`
+  (the engine's step) returns it on the device and leaves NaNs to the engine, which checks
+  once per logging interval. Pyro's interface reads and warns as Pyro's does: ``loss`` and
+  ``loss_and_grads`` return floats, ``loss`` and ``differentiable_loss`` warn
+  "Encountered NaN: loss".
 
-Under Pyro's validation (``pyro.enable_validation()``, on in the tests) the model and guide
-must match, every scored site's shape is checked against its plates, and every latent site
-must be reparameterised, as with Pyro's ELBOs.
+Under Pyro's validation (``pyro.enable_validation()``, Pyro's default) the model and guide
+must match, every scored site's shape is checked against its plates, every latent site of
+the guide must be fully reparameterised (an ``rsample`` and no score-function term, Pyro's
+``check_fully_reparametrized``; the error names the site, e.g. a discrete latent), an
+enumerated guide site is warned about, and so are model and guide sites in different
+orders (the mean-field restriction), as with Pyro's :class:`~pyro.infer.TraceMeanField_ELBO`.
+A latent site's KL is masked and scaled as its guide site is, as Pyro's is: a latent masked
+out in the model alone keeps its closed-form KL.
 """
 from __future__ import annotations
 
@@ -43,11 +51,15 @@ import torch
 from pyro import poutine
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
-from pyro.infer.util import is_validation_enabled, torch_item
+
+# Pyro's own mean-field order check (private): TraceMeanField_ELBO runs it in its _get_trace,
+# which MeanFieldELBO replaces to score lazily, so MeanFieldELBO's _get_trace calls it.
+from pyro.infer.trace_mean_field_elbo import _check_mean_field_requirement
+from pyro.infer.util import check_fully_reparametrized, is_validation_enabled, torch_item
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.trace_struct import Trace
 from pyro.poutine.util import prune_subsample_sites
-from pyro.util import check_model_guide_match, check_site_shape
+from pyro.util import check_if_enumerated, check_model_guide_match, check_site_shape, warn_if_nan
 from torch import nn
 
 from ppl_vae._validation import boolean, finite
@@ -76,12 +88,19 @@ def scored_site(trace: Trace, name: str) -> dict[str, Any]:
 
 
 def check_reparameterised(site: dict[str, Any]) -> None:
-    """Raise, as Pyro's mean-field ELBO does, when a guide site is not reparameterised."""
-    if not site["fn"].has_rsample:
+    """Pyro's :func:`~pyro.infer.util.check_fully_reparametrized` on a guide site (an ``rsample``
+    and a zero score-function term), its ``score_parts`` computed and kept in the site as
+    Pyro's ``Trace.compute_score_parts`` would; the ``NotImplementedError`` names the site."""
+    if "score_parts" not in site:
+        score_parts = site["fn"].score_parts(site["value"], *site["args"], **site["kwargs"])
+        site["score_parts"] = score_parts.scale_and_mask(site["scale"], site["mask"])
+    try:
+        check_fully_reparametrized(site)
+    except NotImplementedError as error:
         raise NotImplementedError(
-            f"All distributions in the guide must be fully reparameterized; site {site['name']!r} is a "
-            f"{type(site['fn']).__name__} without rsample"
-        )
+            f"{error} The guide's site {site['name']!r} is a {type(site['fn']).__name__}, which has no rsample "
+            "or a score-function term (a discrete or rejection-sampled latent)"
+        ) from None
 
 
 def is_replaced(site: dict[str, Any]) -> bool:
@@ -161,7 +180,11 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     """The mean-field ELBO with a weight ``beta`` on its KL terms and extra ``terms``, each a
     ``pyro.factor`` site (:mod:`ppl_vae.infer.mean_field`); :meth:`loss` is the same objective as a float.
 
-    With ``beta=1`` and no terms it is :class:`~pyro.infer.TraceMeanField_ELBO`'s objective.
+    With ``beta=1`` and no terms it is :class:`~pyro.infer.TraceMeanField_ELBO`'s objective, with
+    its contract: the same errors, warnings, loss and gradients on any model and guide. Where it
+    takes the place of :class:`~pyro.infer.Trace_ELBO` it differs as TraceMeanField_ELBO does:
+    a latent's KL is taken in closed form where one is registered (Trace_ELBO estimates it at
+    the guide's sample), so the guide must be mean-field and fully reparameterised.
 
     :meth:`training_loss` returns the loss with what the rest of a training iteration reads
     from the step (:class:`~ppl_vae.infer.steps.TrainingLoss`): per-point values of the last
@@ -313,13 +336,25 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """One particle's traces (Pyro's hook, called by ``_get_traces`` for every particle)."""
         return self._traces(model, guide, args, kwargs, keep_graph=False)
 
+    def _guess_max_plate_nesting(self, model, guide, args, kwargs) -> None:
+        """Pyro's guess, run on the model's and guide's own keyword arguments: Pyro's hook, which
+        ``_get_traces`` calls with the call's (the terms' and ``step`` among them) when
+        ``vectorize_particles`` is set and ``max_plate_nesting`` is not."""
+        super()._guess_max_plate_nesting(model, guide, args, self._split_arguments(kwargs)[0])
+
+    def _split_arguments(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        """``(model_kwargs, inputs, step)``: a call's keyword arguments split into the model's and
+        guide's, the terms' (:meth:`~ppl_vae.infer.Term.inputs`) and the training step (``None``
+        when not given; also the model's with ``model_takes_step``)."""
+        inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
+        model_kwargs = {name: value for name, value in kwargs.items()
+                        if name not in inputs and (name != "step" or self.model_takes_step)}
+        return model_kwargs, inputs, kwargs.get("step")
+
     def _traces(self, model, guide, args, kwargs, keep_graph: bool) -> tuple[Trace, Trace]:
         """One particle's ``(model_trace, guide_trace)``, the model's carrying the terms' values
         (:class:`_TermValues`, kept with their graphs when ``keep_graph``)."""
-        step = kwargs.get("step")
-        inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
-        kwargs = {name: value for name, value in kwargs.items()
-                  if name not in inputs and (name != "step" or self.model_takes_step)}
+        kwargs, inputs, step = self._split_arguments(kwargs)
         values = _TermValues(keep_graph)
         if isinstance(poutine.unwrap(guide), Messenger):
             if self.terms:
@@ -344,14 +379,16 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 for site in trace.nodes.values():
                     if site["type"] == "sample" and not is_replaced(site):
                         check_site_shape(site, self.max_plate_nesting)
+            check_if_enumerated(guide_trace)
+            _check_mean_field_requirement(model_trace, guide_trace)
         values.add_to(model_trace)
         return model_trace, guide_trace
 
     def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss detached), Pyro's hook
+        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss a float, as Pyro's), Pyro's hook
         (``loss_and_grads``, a plain SVI step); :attr:`logged` then holds the particle's values."""
         surrogate, self.logged = self._particle(model_trace, guide_trace)
-        return _detached(surrogate), surrogate
+        return torch_item(surrogate), surrogate
 
     def _particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(surrogate, logged)`` of one particle: ``-ELBO`` (differentiable) and the per-point
@@ -362,15 +399,19 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         reconstruction: torch.Tensor | float = 0.0
         counted_kl: torch.Tensor | float | None = None
         for name, site in model_trace.nodes.items():
-            if site["type"] != "sample" or is_replaced(site):
+            if site["type"] != "sample":
                 continue
             if site["is_observed"]:
+                if is_replaced(site):
+                    continue
                 log_prob_sum = scored_site(model_trace, name)["log_prob_sum"]
                 log_likelihood = log_likelihood + log_prob_sum
                 if name not in self._term_names:
                     reconstruction = reconstruction - values.kept(log_prob_sum) / site_points(site)
                 continue
             guide_site = guide_trace.nodes[name]
+            if is_replaced(site) and is_replaced(guide_site):  # a KL of 0 (Pyro masks it with the guide's mask)
+                continue
             if is_validation_enabled():
                 check_reparameterised(guide_site)
             kl = closed_form_kl(guide_site["fn"], site["fn"])
@@ -383,6 +424,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             counted_kl = (0.0 if counted_kl is None else counted_kl) + values.kept(kl) / site_points(guide_site)
         for name, guide_site in guide_trace.nodes.items():
             if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
+                if not guide_site["infer"].get("is_auxiliary"):  # Pyro's estimator asserts the same
+                    raise AssertionError(f"the guide's site {name!r} is not in the model: mark it "
+                                         "infer={'is_auxiliary': True} if it is an auxiliary variable")
                 if is_validation_enabled():
                     check_reparameterised(guide_site)
                 kl_total = kl_total + scored_site(guide_trace, name)["log_prob_sum"]
@@ -419,7 +463,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             (class docstring: calling)."""
         result = self.training_loss(model, guide, *args, **kwargs)
         self.logged = result.logged
-        return result.loss
+        return warn_if_nan(result.loss, "loss")
 
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
