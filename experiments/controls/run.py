@@ -71,7 +71,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "controls"
-AUTHORS_REPOSITORY = "https://github.com/sinahmr/parted-vae"
+REPOSITORIES = {"parted-vae": "https://github.com/sinahmr/parted-vae",
+                "disentangling-disentanglement": "https://github.com/iffsid/disentangling-disentanglement"}
 
 
 def default_checkpoints() -> Path:
@@ -86,6 +87,7 @@ class Control:
 
     :param experiment: the campaign experiment it controls (records go to
         ``results/controls/<experiment>/``).
+    :param code: the authors' repository (a key of ``REPOSITORIES``).
     :param dataset: ``"dsprites"`` or ``"mnist"``.
     :param steps: main training iterations to reach (or the cap, for MNIST's plateau).
     :param epoch_batches: batches per epoch of their plateau schedules (their data set / 64).
@@ -97,6 +99,7 @@ class Control:
     """
 
     experiment: str
+    code: str
     dataset: str
     steps: int
     epoch_batches: int
@@ -117,7 +120,7 @@ class Control:
         """The campaign's :class:`~experiments.campaign.Run` with this control's budget and scoring."""
         from experiments.campaign import Run
 
-        return Run(experiment=self.experiment, recipe="parted", seed=seed, steps=self.steps,
+        return Run(experiment=self.experiment, recipe="parted" if self.code == "parted-vae" else "decomposition", seed=seed, steps=self.steps,
                    curve_every=self.curve_every, curve_votes=self.curve_votes, votes=self.votes,
                    scoring=self.scoring, settings={}, patience=self.patience,
                    validation_images=self.validation_images)
@@ -135,11 +138,21 @@ MNIST_SETTINGS = {  # main.py, dataset == 'mnist'
     "c_gamma": 15.0, "entropy_gamma": 30.0, "bc_gamma": 30.0, "bc_threshold": 0.15,
     "recon_type": "bce", "lr_warm_up": 5e-4, "lr_model": 5e-4, "batch_size": 64,
 }
+DECOMPOSITION_SETTINGS = {  # experimental_settings/independance.sh, with main.py's defaults for the rest
+    "model": "dsprites", "obj": "decomp", "K": 1, "beta": 1.0, "alpha": 0.0, "prior": "Normal", "posterior": "Normal",
+    "latent_dim": 10, "gamma": 0.8, "df": 2.0, "prior_variance": "iso", "prior_variance_scale": 1.0,
+    "learn_prior_variance": False, "lr": 5e-4, "beta1": 0.9, "beta2": 0.999, "amsgrad": True, "batch_size": 64,
+}
 CONTROLS = {control.experiment: control for control in (
-    Control("parted-dsprites-unsupervised", "dsprites", 25_000, 737_280 // 64, DSPRITES_SETTINGS),
-    Control("parted-dsprites-labels", "dsprites", 25_000, 737_280 // 64, DSPRITES_SETTINGS, num_labels=3686,
-            label_fraction=0.005),
-    Control("parted-mnist", "mnist", 100_000, -(-60_000 // 64), MNIST_SETTINGS, num_labels=256, curve_every=1000),
+    Control("parted-dsprites-unsupervised", "parted-vae", "dsprites", 25_000, 737_280 // 64, DSPRITES_SETTINGS),
+    Control("parted-dsprites-labels", "parted-vae", "dsprites", 25_000, 737_280 // 64, DSPRITES_SETTINGS,
+            num_labels=3686, label_fraction=0.005),
+    Control("parted-mnist", "parted-vae", "mnist", 100_000, -(-60_000 // 64), MNIST_SETTINGS, num_labels=256,
+            curve_every=1000),
+    Control("decomposition-dsprites-isotropic", "disentangling-disentanglement", "dsprites", 25_000, 737_280 // 64,
+            DECOMPOSITION_SETTINGS),
+    Control("decomposition-dsprites-student-t", "disentangling-disentanglement", "dsprites", 25_000, 737_280 // 64,
+            {**DECOMPOSITION_SETTINGS, "prior": "StudentT", "df": 9.0}),
 )}
 
 
@@ -150,7 +163,7 @@ def import_authors_code(checkout: Path) -> tuple[type, type, type]:
     :raises ValueError: naming ``--authors-code`` when the checkout lacks their modules.
     """
     if not (checkout / "partedvae" / "models.py").is_file() or not (checkout / "partedvae" / "training.py").is_file():
-        raise ValueError(f"--authors-code: expected a checkout of {AUTHORS_REPOSITORY} (with partedvae/models.py "
+        raise ValueError(f"--authors-code: expected a checkout of {REPOSITORIES['parted-vae']} (with partedvae/models.py "
                          f"and partedvae/training.py), got {checkout}")
     sys.path.insert(0, str(checkout))
     from partedvae import training
@@ -164,6 +177,36 @@ def import_authors_code(checkout: Path) -> tuple[type, type, type]:
 
     training.ReduceLROnPlateau = plateau_without_verbose
     return VAE, training.Trainer, FastTensorDataLoader
+
+
+def import_decomposition_code(checkout: Path) -> tuple[Any, Any]:
+    """(``models``, ``objectives``) of the Decomposition VAE authors' checkout (their ``src/``),
+    with the shims today's libraries need.
+
+    :raises ValueError: naming ``--authors-code`` when the checkout lacks their modules.
+    """
+    import types
+
+    import torch
+
+    source = checkout / "src"
+    if not (source / "models" / "vae_dsprites.py").is_file() or not (source / "objectives.py").is_file():
+        raise ValueError(f"--authors-code: expected a checkout of {REPOSITORIES['disentangling-disentanglement']} "
+                         f"(with src/models/vae_dsprites.py and src/objectives.py), got {checkout}")
+    # shim: their plotting module `vis` imports seaborn (not installed) and is used only for
+    # pictures; `models/__init__.py` imports it through the pinwheel model, so a stand-in is put first
+    plots = types.ModuleType("vis")
+    plots.scatter_plot = plots.posterior_plot_pinwheel = None
+    sys.modules.setdefault("vis", plots)
+    # shim: their dSprites decoder returns logits, which their model passes as RelaxedBernoulli's
+    # `probs` (their log_prob override reads them as logits); today's torch validates arguments by
+    # default and refuses probabilities outside [0, 1], as torch < 1.8 (their era) did not
+    torch.distributions.Distribution.set_default_validate_args(False)
+    sys.path.insert(0, str(source))
+    import models
+    import objectives
+
+    return models, objectives
 
 
 class AuthorsEncoder:
@@ -250,6 +293,34 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
     random.setstate(states["python"])
 
 
+def training_data(control: Control, seed: int) -> dict[str, Any]:
+    """``images(indices)`` of the training set, its ``size``, the ``labelled`` images (or
+    none), and for MNIST the campaign's ``validation`` and ``test`` sets and pool."""
+    import torch
+
+    if control.dataset == "dsprites":
+        from ppl_vae.data.dsprites import DSprites, stratified_label_indices
+
+        source = DSprites()
+        data: dict[str, Any] = {"images": lambda indices: source.tensors(indices, dtype=torch.float32)["x"],
+                                "size": len(source), "source": source}
+        if control.num_labels:
+            chosen = stratified_label_indices(None, control.label_fraction, seed=seed)
+            labelled = source.tensors(chosen, dtype=torch.float32)
+            data["labelled"] = {"x": labelled["x"], "y": labelled["factors"][:, 1]}
+        return data
+    from experiments.campaign import MNISTLabelsScoring, run_config
+
+    config = run_config(dataclasses.replace(control.campaign_run(seed), settings=_campaign_mnist_settings()), "cpu")
+    scoring = MNISTLabelsScoring(control.campaign_run(seed), config)
+    from ppl_vae.recipes.parted import labelled_subset
+
+    pool = scoring.pool
+    chosen = labelled_subset(pool.labels, None, control.num_labels, seed=seed)
+    return {"images": lambda indices: pool.x[indices].float(), "size": pool.x.shape[0],
+            "labelled": {"x": pool.x[chosen], "y": pool.labels[chosen]}, "scoring": scoring, "config": config}
+
+
 class ControlTraining:
     """The authors' model, trainer and data for one (control, seed), with the loop state that a
     checkpoint holds: ``epoch``, ``position`` (batches done in it), the epoch's running sums
@@ -279,7 +350,7 @@ class ControlTraining:
                                u_capacity=list(settings["u_capacity"]), c_gamma=settings["c_gamma"],
                                entropy_gamma=settings["entropy_gamma"], bc_gamma=settings["bc_gamma"],
                                bc_threshold=settings["bc_threshold"])
-        self.data = self._data(control, seed)
+        self.data = training_data(control, seed)
         labelled = self.data.get("labelled")
         self.warm_up_loader = None
         if labelled is not None:
@@ -295,37 +366,16 @@ class ControlTraining:
         self.best_weights: dict[str, Any] | None = None
         self.stopped_at: int | None = None
 
-    @staticmethod
-    def _data(control: Control, seed: int) -> dict[str, Any]:
-        """``images(indices)`` of the training set, its ``size``, the ``labelled`` images (or
-        none), and for MNIST the campaign's ``validation`` and ``test`` sets and pool."""
-        import torch
-
-        if control.dataset == "dsprites":
-            from ppl_vae.data.dsprites import DSprites, stratified_label_indices
-
-            source = DSprites()
-            data: dict[str, Any] = {"images": lambda indices: source.tensors(indices, dtype=torch.float32)["x"],
-                                    "size": len(source), "source": source}
-            if control.num_labels:
-                chosen = stratified_label_indices(None, control.label_fraction, seed=seed)
-                labelled = source.tensors(chosen, dtype=torch.float32)
-                data["labelled"] = {"x": labelled["x"], "y": labelled["factors"][:, 1]}
-            return data
-        from experiments.campaign import MNISTLabelsScoring, run_config
-
-        config = run_config(dataclasses.replace(control.campaign_run(seed), settings=_campaign_mnist_settings()), "cpu")
-        scoring = MNISTLabelsScoring(control.campaign_run(seed), config)
-        from ppl_vae.recipes.parted import labelled_subset
-
-        pool = scoring.pool
-        chosen = labelled_subset(pool.labels, None, control.num_labels, seed=seed)
-        return {"images": lambda indices: pool.x[indices].float(), "size": pool.x.shape[0],
-                "labelled": {"x": pool.x[chosen], "y": pool.labels[chosen]}, "scoring": scoring, "config": config}
-
     @property
     def steps(self) -> int:
         return self.trainer.num_steps
+
+    def encoder(self) -> AuthorsEncoder:
+        return AuthorsEncoder(self.model)
+
+    def describe(self) -> str:
+        return (f"epoch {self.epoch}, sigmoid_coef {self.model.sigmoid_coef:.3f}, "
+                f"lr {self.trainer.optimizer_model.param_groups[0]['lr']:g}")
 
     def step(self) -> None:
         """One iteration of their ``_train_epoch``: a warm-up batch (when labelled) and a main
@@ -373,6 +423,95 @@ class ControlTraining:
         set_rng_states(state["rng"])
 
 
+class DecompositionEncoder:
+    """Their Decomposition VAE through the scoring's interface: ``encode(x)`` the means of
+    q(z|x) (their encoder's first output)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def encode(self, x: Any) -> Any:
+        import torch
+
+        self.model.eval()
+        with torch.no_grad():
+            return self.model.enc(x.float())[0]
+
+    def eval(self) -> DecompositionEncoder:
+        self.model.eval()
+        return self
+
+
+class DecompositionTraining:
+    """The Decomposition VAE authors' model (``models.VAE_dsprites``), AMSGrad optimiser and
+    objective (``objectives.decomp_objective``, its negative summed over the batch as their
+    ``main.py``'s ``train`` minimises it) on dSprites, with the loop state a checkpoint holds."""
+
+    def __init__(self, control: Control, seed: int, classes: tuple[Any, Any]) -> None:
+        import numpy as np
+        import torch
+
+        models, self.objectives = classes
+        settings = control.authors_settings
+        self.control, self.seed = control, seed
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        self.model = getattr(models, f"VAE_{settings['model']}")(argparse.Namespace(**settings))
+        self.optimiser = torch.optim.Adam(filter(lambda p: p.requires_grad, self.model.parameters()),
+                                          lr=settings["lr"], amsgrad=settings["amsgrad"],
+                                          betas=(settings["beta1"], settings["beta2"]))
+        self.data = training_data(control, seed)
+        self.batches = EpochBatches(self.data["images"], self.data["size"], control.epoch_batches,
+                                    settings["batch_size"], seed)
+        self.iteration, self.epoch, self.position, self.last_loss = 0, 0, 0, float("nan")
+        self.curve: list[dict[str, Any]] = []
+        self.stopped_at: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.iteration
+
+    def encoder(self) -> DecompositionEncoder:
+        return DecompositionEncoder(self.model)
+
+    def describe(self) -> str:
+        return f"epoch {self.epoch}, loss {self.last_loss:.1f}"
+
+    def step(self) -> None:
+        """One iteration of their ``main.py``'s ``train``."""
+        settings = self.control.authors_settings
+        data = self.batches.batch(self.epoch, self.position)
+        self.model.train()
+        self.optimiser.zero_grad()
+        loss = -self.objectives.decomp_objective(self.model, data, K=settings["K"], beta=settings["beta"],
+                                                 alpha=settings["alpha"], regs=None)
+        if not bool(loss.isfinite()):
+            raise FloatingPointError(f"their training loss is {loss.item()} at step {self.iteration + 1}")
+        loss.backward()
+        self.optimiser.step()
+        self.last_loss = loss.item()
+        self.iteration, self.position = self.iteration + 1, self.position + 1
+        if self.position == self.control.epoch_batches:
+            self.epoch, self.position = self.epoch + 1, 0
+
+    def state_dict(self, training_seconds: float) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimiser": self.optimiser.state_dict(), "iteration": self.iteration,
+                "epoch": self.epoch, "position": self.position, "curve": self.curve, "stopped_at": self.stopped_at,
+                "rng": rng_states(), "training_seconds": training_seconds}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimiser.load_state_dict(state["optimiser"])
+        for name in ("iteration", "epoch", "position", "curve", "stopped_at"):
+            setattr(self, name, state[name])
+        set_rng_states(state["rng"])
+
+
+IMPORTERS = {"parted-vae": import_authors_code, "disentangling-disentanglement": import_decomposition_code}
+TRAININGS = {"parted-vae": ControlTraining, "disentangling-disentanglement": DecompositionTraining}
+
+
 def _campaign_mnist_settings() -> dict[str, Any]:
     """The settings of the campaign's ``parted-mnist`` (its pool, labels and held-out split)."""
     from experiments.campaign import MANIFEST, read_manifest
@@ -416,7 +555,7 @@ def make_record(control: Control, seed: int, training: Any, training_seconds: fl
         "commit": code_commit(),
         "versions": versions(),
         "machine": machine("cpu"),
-        "recipe": "authors:parted-vae",
+        "recipe": f"authors:{control.code}",
         "settings": {**control.authors_settings, "dataset": control.dataset, "num_labels": control.num_labels,
                      "label_fraction": control.label_fraction, "epoch_batches": control.epoch_batches,
                      "seed": seed, "steps": control.steps},
@@ -424,17 +563,17 @@ def make_record(control: Control, seed: int, training: Any, training_seconds: fl
         "metrics": dict(metrics),
         "curve": list(training.curve),
         "implementation": "authors",
-        "authors_repository": AUTHORS_REPOSITORY,
+        "authors_repository": REPOSITORIES[control.code],
         "authors_commit": authors_commit,
     }
 
 
-def evaluate_curve(control: Control, seed: int, training: ControlTraining) -> None:
+def evaluate_curve(control: Control, seed: int, training: Any) -> None:
     """Append the curve point of the current step (the campaign's curve of the scoring), and for
     MNIST keep the best weights and stop after ``patience`` points without improvement."""
     import copy
 
-    encoder = AuthorsEncoder(training.model)
+    encoder = training.encoder()
     if control.dataset == "dsprites":
         from ppl_vae.metrics import factor_scores
 
@@ -483,7 +622,7 @@ def labels_alone_accuracy(control: Control, seed: int, classes: tuple[type, type
     return held_out_accuracy(encoder, scoring.test), best_step
 
 
-def score(control: Control, seed: int, training: ControlTraining, classes: tuple[type, type, type]) -> dict[str, float]:
+def score(control: Control, seed: int, training: Any, classes: tuple[Any, ...]) -> dict[str, float]:
     """The campaign's final figures of the scoring for their trained model."""
     import torch
 
@@ -492,7 +631,7 @@ def score(control: Control, seed: int, training: ControlTraining, classes: tuple
         from experiments.campaign import DSpritesScoring
 
         with torch.no_grad():
-            return DSpritesScoring(run, None).score(AuthorsEncoder(training.model).eval())
+            return DSpritesScoring(run, None).score(training.encoder().eval())
     from ppl_vae.recipes.parted import held_out_accuracy
 
     training.model.load_state_dict(training.best_weights)
@@ -504,7 +643,7 @@ def score(control: Control, seed: int, training: ControlTraining, classes: tuple
             "test_images": float(scoring.test.x.shape[0]), "training_pool": float(training.data["size"])}
 
 
-def run_control(control: Control, seed: int, classes: tuple[type, type, type], authors_commit: str,
+def run_control(control: Control, seed: int, classes: tuple[Any, ...], authors_commit: str,
                 checkpoints: Path, results: Path, budget_minutes: float, checkpoint_minutes: float,
                 score_votes: int | None = None) -> dict[str, Any]:
     """Train (from scratch or the checkpoint) until the steps, the plateau or the budget, score
@@ -518,7 +657,7 @@ def run_control(control: Control, seed: int, classes: tuple[type, type, type], a
     checkpoint = checkpoints / control.experiment / f"seed{seed}.pt"
     record_path = results / control.experiment / f"seed{seed}.json"
     previous = read_record(record_path) or {}
-    training = ControlTraining(control, seed, classes)
+    training = TRAININGS[control.code](control, seed, classes)
     clock = TrainingClock()
     if checkpoint.is_file():
         import torch
@@ -557,9 +696,7 @@ def run_control(control: Control, seed: int, classes: tuple[type, type, type], a
         if training.steps % control.curve_every == 0:
             evaluate_curve(control, seed, training)
         if training.steps % 500 == 0:
-            print(f"{control.experiment}/seed{seed}: step {training.steps}, epoch {training.epoch}, "
-                  f"sigmoid_coef {training.model.sigmoid_coef:.3f}, lr {training.trainer.optimizer_model.param_groups[0]['lr']:g}",
-                  flush=True)
+            print(f"{control.experiment}/seed{seed}: step {training.steps}, {training.describe()}", flush=True)
         if time.time() - last_save >= 60 * checkpoint_minutes:
             save()
             last_save = time.time()
@@ -586,7 +723,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("experiment", help=f"one of {sorted(CONTROLS)}")
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--authors-code", type=Path, required=True, help="a checkout of " + AUTHORS_REPOSITORY)
+    parser.add_argument("--authors-code", type=Path, required=True,
+                        help="a checkout of the experiment's authors' repository: " + ", ".join(REPOSITORIES.values()))
     parser.add_argument("--authors-commit", required=True, help="its commit (git rev-parse HEAD of the snapshot)")
     parser.add_argument("--budget-minutes", type=float, required=True)
     parser.add_argument("--checkpoint-minutes", type=float, default=3.0)
@@ -622,7 +760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.steps is not None:
         control = dataclasses.replace(control, steps=args.steps, curve_every=min(control.curve_every, args.steps))
     try:
-        classes = import_authors_code(args.authors_code.resolve())
+        classes = IMPORTERS[control.code](args.authors_code.resolve())
     except ValueError as error:
         print(error, file=sys.stderr)
         return 2

@@ -119,7 +119,7 @@ def test_a_finished_run_writes_the_campaign_record_with_the_authors_commit(stand
     assert record["complete"] and record["steps"] == 6 and record["target_steps"] == 6
     assert record["metrics"] == {"factor_score": 0.5}
     assert record["implementation"] == "authors"
-    assert record["authors_repository"] == controls.AUTHORS_REPOSITORY and record["authors_commit"] == COMMIT
+    assert record["authors_repository"] == controls.REPOSITORIES["parted-vae"] and record["authors_commit"] == COMMIT
     campaign_keys = {"experiment", "seed", "complete", "steps", "target_steps", "stopped_at", "training_seconds",
                      "wall_seconds", "invocations", "updated", "commit", "versions", "machine", "recipe", "settings",
                      "votes", "metrics", "curve"}
