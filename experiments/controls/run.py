@@ -1,53 +1,81 @@
-"""Controls: the authors' own PartedVAE code trained at the campaign's budget, seeds and
-evaluation, so that a campaign row that falls short of its paper can be blamed on our
-implementation or on the budget.
+"""Controls: the authors' own code (PartedVAE: sinahmr/parted-vae; Decomposition VAE:
+iffsid/disentangling-disentanglement) trained at the campaign's budget, seeds and evaluation,
+so that a campaign row that falls short of its paper can be blamed on our implementation or on
+the budget.
 
     git --git-dir=<mirror of sinahmr/parted-vae> archive HEAD | tar -x -C /tmp/parted-vae
     python experiments/controls/run.py --authors-code /tmp/parted-vae \\
         --authors-commit $(git --git-dir=<mirror> rev-parse HEAD) \\
         parted-dsprites-unsupervised --seed 0 --budget-minutes 90
 
-The authors' code is imported at run time from the checkout given by ``--authors-code`` (it never
-enters this repository, and nothing in ``ppl_vae`` imports this module). What stays theirs:
-the network (``partedvae.models.VAE``), the loss and the training step
-(``partedvae.training.Trainer``: ``_train_iteration``, ``_warm_up``, their capacity ramps
-counted in their ``num_steps``, their attention-sharpness schedule ``sigmoid_coef`` growing by
-2e-4 per training forward, their ReduceLROnPlateau schedules stepped once per epoch with their
-epoch mean loss), their optimisers (Adam 5e-4 for the model and for the warm-up) and the
-hyperparameters of their ``main.py`` for the data set. Their ``Trainer.train`` is not called:
-this module drives the same per-batch calls itself so that a run can be checkpointed and
-resumed mid-epoch.
+Experiments (``CONTROLS``, named after the campaign experiment each controls):
+``parted-dsprites-unsupervised``, ``parted-dsprites-labels`` (3,686 labels), ``parted-mnist``
+(256 labels) with the PartedVAE checkout; ``decomposition-dsprites-isotropic`` and
+``decomposition-dsprites-student-t`` (df 9, their script's value) with the Decomposition VAE
+checkout (the repository root, which holds ``src/``).
 
-What is ours: the steps (25,000 on dSprites; MNIST to the campaign's plateau), the seeds, the
-batch size (64, theirs too) and the evaluation: :class:`experiments.campaign.DSpritesScoring`
-(the Factor score under the standard and the authors' protocol, MIG, SAP, DCI, beta-VAE, shape
-accuracy) applied to their encoder's means (z and u means in eval mode, as their
-``utils/metrics.py`` takes them), and for MNIST the campaign's held-out split and accuracy
-(:func:`ppl_vae.recipes.parted.split_held_out`, :func:`~ppl_vae.recipes.parted.held_out_accuracy`)
-with the campaign's curve interval and patience.
+The authors' code is imported at run time from the checkout given by ``--authors-code`` (it never
+enters this repository, and nothing in ``ppl_vae`` imports this module).
+
+PartedVAE, what stays theirs: the network (``partedvae.models.VAE``), the loss and the training
+step (``partedvae.training.Trainer``: ``_train_iteration``, ``_warm_up``, their capacity ramps
+counted in their ``num_steps``, their attention-sharpness schedule ``sigmoid_coef`` growing by
+2e-4 per training forward, and 8 in eval mode whatever the step), their ReduceLROnPlateau
+schedules stepped once per epoch on their epoch mean loss, their optimisers (Adam 5e-4 for the
+model and for the warm-up) and the hyperparameters of their ``main.py`` for the data set (the
+unsupervised control has no warm-up: their ``main.py`` as committed sets ``WARM_UP = True``,
+which on dSprites trains with 10,000 labels). Their ``Trainer.train`` is not called: this
+module makes the same per-batch calls itself so that a run can be checkpointed and resumed
+mid-epoch.
+
+Decomposition VAE, what stays theirs: ``models.VAE_dsprites`` (built from a namespace of
+``main.py``'s arguments as ``experimental_settings/independance.sh`` sets them: 10 latents,
+beta 1, alpha 0, isotropic prior variances, Student-t df 9), Adam with AMSGrad at 5e-4, and
+the step of ``main.py``'s ``train`` (minimise ``-objectives.decomp_objective``, summed over the
+batch); ``main.py`` itself parses arguments at import, so its five-line loop body is made here.
+
+What is ours: the steps (25,000 on dSprites; MNIST to the campaign's plateau), the seeds (their
+``main.py`` draws a random seed for ``--seed 0``; here the seed is used as given), the batch
+size (64, theirs too) and the evaluation: :class:`experiments.campaign.DSpritesScoring` (the
+Factor score under the standard and the authors' protocol, MIG, SAP, DCI, beta-VAE, and shape
+accuracy for PartedVAE) applied to their encoder's means (PartedVAE: z and u means in eval mode,
+as their ``utils/metrics.py`` takes them; Decomposition VAE: the mean of q(z|x)), and for MNIST
+the campaign's held-out split and accuracy (:func:`ppl_vae.recipes.parted.split_held_out`,
+:func:`~ppl_vae.recipes.parted.held_out_accuracy`) with the campaign's curve interval and
+patience; MNIST's labels-alone baseline is their encoder and class head trained by their
+warm-up step alone to the same kind of plateau.
 
 Data handling that differs from theirs (their loaders read files that are not available
 offline):
 
-- dSprites: their loader reads the original ``.npz`` (all 737,280 images, shuffled by a torch
+- dSprites: their loaders read the original ``.npz`` (all 737,280 images, shuffled by a torch
   ``DataLoader``); here the library's rendered dSprites (:class:`ppl_vae.data.DSprites`, all
   737,280 grid images) is fed to their model in the same epochs of 11,520 batches of 64, each
   epoch a permutation drawn from a generator seeded by the run's seed and the epoch (so that
   a resumed run sees the same batches). The renderer's shapes are not the original bitmaps.
+  The labelled control takes the campaign's stratified 0.5% (3,686 images), not their
+  ``DSpritesWarmUpDataset``.
 - MNIST: their loader reads the 60,000 training images (grey levels, resized to 32x32, BCE)
   and takes the first 256 as the labelled warm-up set; here the campaign's pool
   (:func:`ppl_vae.recipes.parted.mnist_pools`, the official test set, binarised once, 32x32)
-  and the campaign's 256 labelled images are used. Their plateau schedules are stepped every
-  938 batches (60,000 / 64, their epoch), drawn from successive permutations of the pool.
+  and 256 labelled images drawn as the campaign's recipe draws them are used. Their plateau
+  schedules are stepped every 938 batches (60,000 / 64, their epoch), drawn from successive
+  permutations of the pool.
 
-Shims for today's torch, each in :func:`import_authors_code`: ``ReduceLROnPlateau`` no longer
-takes ``verbose``.
+Shims for today's libraries, each commented where it is made (:func:`import_authors_code`,
+:func:`import_decomposition_code`): ``ReduceLROnPlateau`` no longer takes ``verbose``; the
+Decomposition VAE's plotting module imports seaborn (a stand-in module replaces it: plots
+only); torch.distributions validates arguments by default and refuses their decoder's logits,
+which they pass as RelaxedBernoulli's ``probs`` (validation is turned off in the runner's
+process).
 
 Checkpoints (``~/.cache/ppl_vae/controls/<experiment>/seed<k>.pt``, written atomically every
-``--checkpoint-minutes`` and at the budget's end) hold the model, both optimisers and
-schedulers, ``sigmoid_coef`` and ``num_steps`` (plain attributes, not in the state dict), the
-warm-up loader's order, the epoch's position and running sums, the RNG states, the curve and
-the training clock: a resumed run continues exactly. Training stops at ``--budget-minutes``.
+``--checkpoint-minutes`` and at the budget's end) hold the model, the optimisers and
+schedulers, PartedVAE's ``sigmoid_coef`` and ``num_steps`` (plain attributes, not in its state
+dict), the warm-up loader's order, the epoch's position and running sums, the RNG states, the
+curve and the training clock: a resumed run continues exactly. Training stops at
+``--budget-minutes``; a run that has done its steps is scored only when the budget allows it,
+otherwise the next invocation scores it.
 
 Records: ``results/controls/<experiment>/seed<k>.json`` with the campaign's record schema
 (:func:`experiments.campaign.train_one`) plus ``"implementation": "authors"``,

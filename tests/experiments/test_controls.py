@@ -165,9 +165,19 @@ def test_bad_arguments_get_one_error_naming_them(arguments, named, capsys):
     assert named in capsys.readouterr().err
 
 
-def test_a_checkout_without_their_modules_is_refused_by_name(tmp_path):
-    with pytest.raises(ValueError, match="--authors-code: expected a checkout of"):
-        controls.import_authors_code(tmp_path)
+@pytest.mark.parametrize("code", sorted(controls.REPOSITORIES))
+def test_a_checkout_without_their_modules_is_refused_by_name(code, tmp_path):
+    with pytest.raises(ValueError, match=f"--authors-code: expected a checkout of {controls.REPOSITORIES[code]}"):
+        controls.IMPORTERS[code](tmp_path)
+
+
+def test_every_control_names_a_campaign_experiment_and_a_known_repository():
+    from experiments.campaign import MANIFEST, read_manifest
+
+    experiments = {run.experiment for run in read_manifest(MANIFEST)}
+    for name, control in controls.CONTROLS.items():
+        assert name == control.experiment and name in experiments
+        assert control.code in controls.REPOSITORIES and control.code in controls.TRAININGS
 
 
 def test_the_library_does_not_depend_on_the_controls():
