@@ -547,12 +547,6 @@ def _campaign_mnist_settings() -> dict[str, Any]:
     return dict(next(run for run in read_manifest(MANIFEST) if run.experiment == "parted-mnist").settings)
 
 
-def code_commit() -> str:
-    from experiments.campaign import code_commit as commit
-
-    return commit()
-
-
 def check_commit(commit: str) -> str:
     """``commit`` when it is 40 hexadecimal digits.
 
@@ -565,8 +559,9 @@ def check_commit(commit: str) -> str:
 
 
 def make_record(control: Control, seed: int, training: Any, training_seconds: float, wall_seconds: float,
-                invocations: int, metrics: Mapping[str, float], authors_commit: str) -> dict[str, Any]:
-    """The campaign's record schema (:func:`experiments.campaign.train_one`) for a control run."""
+                invocations: int, metrics: Mapping[str, float], commit: str, authors_commit: str) -> dict[str, Any]:
+    """The campaign's record schema (:func:`experiments.campaign.train_one`) for a control run;
+    ``commit`` is this repository's when the invocation started (the code it runs)."""
     from experiments.campaign import machine, versions
 
     return {
@@ -580,7 +575,7 @@ def make_record(control: Control, seed: int, training: Any, training_seconds: fl
         "wall_seconds": round(wall_seconds, 1),
         "invocations": invocations,
         "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": code_commit(),
+        "commit": commit,
         "versions": versions(),
         "machine": machine("cpu"),
         "recipe": f"authors:{control.code}",
@@ -618,8 +613,8 @@ def evaluate_curve(control: Control, seed: int, training: Any) -> None:
         if training.best is None or point["metrics"]["accuracy"] > training.best["accuracy"]:
             training.best = {"step": training.steps, "accuracy": point["metrics"]["accuracy"]}
             training.best_weights = copy.deepcopy(training.model.state_dict())
-        elif len(training.curve) - next(i for i, p in enumerate(training.curve) if p["step"] == training.best["step"]) > control.patience:
-            training.stopped_at = training.steps
+        elif sum(point["step"] > training.best["step"] for point in training.curve) >= control.patience:
+            training.stopped_at = training.steps  # `patience` points without improvement, as the campaign stops
     print(f"{control.experiment}/seed{seed}: step {training.steps} {point['metrics']}", flush=True)
 
 
@@ -676,9 +671,9 @@ def run_control(control: Control, seed: int, classes: tuple[Any, ...], authors_c
                 score_votes: int | None = None) -> dict[str, Any]:
     """Train (from scratch or the checkpoint) until the steps, the plateau or the budget, score
     when done and the budget allows, and write the record; returns the record."""
-    from experiments.campaign import TrainingClock, read_record, write_record
+    from experiments.campaign import TrainingClock, code_commit, read_record, write_record
 
-    start = time.time()
+    start, commit = time.time(), code_commit()
     deadline = start + 60 * budget_minutes
     if score_votes is not None:
         control = dataclasses.replace(control, votes=score_votes, curve_votes=min(control.curve_votes, score_votes))
@@ -714,7 +709,8 @@ def run_control(control: Control, seed: int, classes: tuple[Any, ...], authors_c
 
     def record(metrics: Mapping[str, float]) -> dict[str, Any]:
         wall = clock.seconds + previous_other + (fit_start - start) + (time.time() - fit_stop)
-        written = make_record(control, seed, training, clock.seconds, wall, invocations, metrics, authors_commit)
+        written = make_record(control, seed, training, clock.seconds, wall, invocations, metrics, commit,
+                              authors_commit)
         write_record(record_path, written)
         return written
 

@@ -184,3 +184,25 @@ def test_the_library_does_not_depend_on_the_controls():
     for path in (ROOT / "ppl_vae").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert "experiments.controls" not in text and "partedvae" not in text, path
+
+
+def test_the_mnist_curve_stops_after_patience_points_without_improvement_and_keeps_the_best_weights(monkeypatch):
+    import types
+
+    import ppl_vae.recipes.parted as parted
+
+    accuracies = iter([0.5, 0.6, 0.55, 0.6, 0.55, 0.55, 0.55])
+    monkeypatch.setattr(parted, "held_out_accuracy", lambda model, data: next(accuracies))
+    model = torch.nn.Linear(1, 1)
+    training = types.SimpleNamespace(model=model, curve=[], best=None, best_weights=None, stopped_at=None, steps=0,
+                                     data={"scoring": types.SimpleNamespace(validation=None)},
+                                     encoder=lambda: None)
+    control = dataclasses.replace(controls.CONTROLS["parted-mnist"], patience=5)
+    for step in range(1000, 8000, 1000):
+        training.steps = step
+        with torch.no_grad():
+            model.weight.fill_(step)
+        controls.evaluate_curve(control, 0, training)
+        assert (training.stopped_at is not None) == (step == 7000)
+    assert training.best == {"step": 2000, "accuracy": 0.6}
+    assert training.best_weights["weight"].item() == 2000
