@@ -148,8 +148,8 @@ class Control:
         """The campaign's :class:`~experiments.campaign.Run` with this control's budget and scoring."""
         from experiments.campaign import Run
 
-        return Run(experiment=self.experiment, recipe="parted" if self.code == "parted-vae" else "decomposition", seed=seed, steps=self.steps,
-                   curve_every=self.curve_every, curve_votes=self.curve_votes, votes=self.votes,
+        recipe = "parted" if self.code == "parted-vae" else "decomposition"
+        return Run(experiment=self.experiment, recipe=recipe, seed=seed, steps=self.steps, curve_every=self.curve_every, curve_votes=self.curve_votes, votes=self.votes,
                    scoring=self.scoring, settings={}, patience=self.patience,
                    validation_images=self.validation_images)
 
@@ -200,7 +200,8 @@ def import_authors_code(checkout: Path) -> tuple[type, type, type]:
     from utils.fast_tensor_dataloader import FastTensorDataLoader
 
     def plateau_without_verbose(*args: Any, verbose: bool = False, **kwargs: Any) -> ReduceLROnPlateau:
-        # shim: torch >= 2.7 removed ReduceLROnPlateau's `verbose` (their Trainer passes True: it only printed)
+        # shim: today's torch (2.14) no longer takes ReduceLROnPlateau's `verbose`; their Trainer
+        # passes True, which only printed the rate changes
         return ReduceLROnPlateau(*args, **kwargs)
 
     training.ReduceLROnPlateau = plateau_without_verbose
@@ -228,7 +229,7 @@ def import_decomposition_code(checkout: Path) -> tuple[Any, Any]:
     sys.modules.setdefault("vis", plots)
     # shim: their dSprites decoder returns logits, which their model passes as RelaxedBernoulli's
     # `probs` (their log_prob override reads them as logits); today's torch validates arguments by
-    # default and refuses probabilities outside [0, 1], as torch < 1.8 (their era) did not
+    # default (since torch 1.8) and refuses probabilities outside [0, 1]
     torch.distributions.Distribution.set_default_validate_args(False)
     sys.path.insert(0, str(source))
     import models
