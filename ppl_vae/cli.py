@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", metavar="N", help="train.batch_size")
     train.add_argument("--lr", metavar="LR", help="train.lr")
     train.add_argument("--seed", metavar="N", help="train.seed")
-    train.add_argument("--device", choices=["cpu", "cuda", "auto"], help="train.device")
+    train.add_argument("--device", metavar="DEVICE", help="train.device: cpu, cuda, cuda:N, mps or auto (CUDA when there)")
     train.add_argument("--devices", metavar="N", help="train.devices: devices (processes) for data parallelism")
     train.add_argument("--num-nodes", metavar="N", help="train.num_nodes")
     train.add_argument("--strategy", help="train.strategy: Lightning strategy, e.g. ddp")

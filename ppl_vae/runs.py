@@ -12,6 +12,7 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae._devices import available_device
 from ppl_vae._validation import shown
 
 MODEL_PREFIX = "model."
@@ -157,7 +158,8 @@ def load_run(
     :param run_dir: the run directory (``config.json`` and ``checkpoints/last.ckpt``).
     :param model: the untrained model of a ``fit`` run; for a recipe run, a model to load the
         weights into instead of the one the recipe builds.
-    :param device: where the returned model lives (``"cpu"``, ``"cuda"``, a torch device).
+    :param device: where the returned model lives: what ``torch.device`` takes (``"cpu"``,
+        ``"cuda:1"``, a ``torch.device``) or ``"auto"``, checked to be on this machine first.
     :param with_data: also rebuild the recipe's training data (the ``data`` of the
         :class:`LoadedRun`, and its ``experiment`` for re-evaluation); the same seeded data the run
         trained on.
@@ -170,10 +172,13 @@ def load_run(
         model sizes (``model_inputs``, ``hidden`` widths, latent dimensions, the parameter
         count) exceed ``MAX_MODEL_INPUT``, ``MAX_LAYER_WIDTH``, ``MAX_PARAMETERS``.
     :raises ValueError: (``UnsafePathError``) a file of the run is a symbolic link leading outside it.
+    :raises ValueError: ``device`` is not on this machine (one line naming it).
+    :raises NotADirectoryError: ``checkpoints`` or ``pictures`` of the run is a file.
     """
     from ppl_vae.recipes.settings import config_from_file
     from ppl_vae.train import RunDirectory, TrainConfig
 
+    device = available_device(device)
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run_dir {run_dir} does not exist")

@@ -3,6 +3,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from ppl_vae.cli import main
 
@@ -83,3 +84,17 @@ def test_existing_run_directory_needs_overwrite(tmp_path, capsys):
 def test_list_names_every_model(capsys):
     assert main(["list"]) == 0
     assert "vae" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "options",
+    [pytest.param(["--device", "cuda"], marks=pytest.mark.skipif(torch.cuda.is_available(), reason="needs no CUDA")), ["--strategy", "no-such-strategy"]],
+    ids=["missing device", "bad strategy"],
+)
+def test_a_failed_start_on_the_command_line_leaves_nothing_and_the_retry_trains(tmp_path, capsys, options):
+    run = tmp_path / "run"
+    assert main(["train", "vae", "--run-dir", str(run), *TINY, *options]) in (1, 2)
+    assert not run.exists()
+    capsys.readouterr()
+    assert main(["train", "vae", "--run-dir", str(run), *TINY, "--device", "cpu"]) == 0
+    assert (run / "checkpoints" / "last.ckpt").is_file()

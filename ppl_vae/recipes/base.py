@@ -20,6 +20,7 @@ import pyro
 import torch
 from torch import nn
 
+from ppl_vae._devices import available_device
 from ppl_vae._files import read_json
 from ppl_vae.recipes.registry import Recipe
 from ppl_vae.recipes.settings import config_to_dict
@@ -73,6 +74,7 @@ def train_recipe(
     """
     if not isinstance(getattr(config, "train", None), TrainConfig):
         raise TypeError(f"{type(config).__name__} must have a 'train: TrainConfig' field")
+    available_device(config.train.device)  # before the recipe builds anything on it
     pyro.set_rng_seed(config.train.seed)
     experiment = recipe.build(config)
     result = fit(

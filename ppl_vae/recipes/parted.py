@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ppl_vae._devices import available_device
 from ppl_vae.checks import default_statistics, per_class_mass, posterior_predictive_check
 from ppl_vae.data.dsprites import stratified_label_indices
 from ppl_vae.infer.parted import PartedELBO
@@ -255,7 +256,7 @@ def train_classifier_alone(
     """
     from ppl_vae.infer.parted import classification_loss
 
-    seed, device = config.train.seed, torch.device("cuda" if config.train.device == "cuda" else "cpu")
+    seed, device = config.train.seed, available_device(config.train.device)
     torch.manual_seed(seed)
     model = build_model(config, image_shape, 10).to(device)
     x, y = labelled["x"].float().to(device), labelled["y"].to(device)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ppl_vae._devices import device_setting
 from ppl_vae._validation import boolean, finite, integer, positive_integer, shown
 
 PRECISIONS = ("32-true", "bf16-mixed")
@@ -81,8 +82,12 @@ class TrainConfig:
         fields); a step not named keeps its rate. Empty: no schedule. Each scheduled rate is
         logged with the losses as ``lr/NAME``.
     :param seed: seeds torch, numpy, Python and the batch order.
-    :param device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when available).
-    :param devices: number of devices (processes under data parallelism).
+    :param device: where to train: what ``torch.device`` takes (``"cpu"``, ``"cuda"``,
+        ``"cuda:1"``, ``"mps"``, a ``torch.device``, saved as its text) or ``"auto"`` (CUDA when
+        torch sees it, else the CPU). :func:`~ppl_vae.fit` checks that it is on the machine
+        before it builds or writes anything.
+    :param devices: number of devices (processes under data parallelism); a device with an
+        index (``"cuda:1"``) is one device.
     :param num_nodes: number of machines.
     :param strategy: Lightning strategy: ``"auto"``, ``"ddp"``, ...
     :param data_on_device: the GPU data path: move the training tensors to the device
@@ -177,11 +182,9 @@ class TrainConfig:
         if isinstance(self.binarize, str) or not all(isinstance(key, str) for key in self.binarize):
             raise ValueError(f"binarize must be a list of data keys, e.g. ['x'], got {self.binarize!r}")
         self.binarize = tuple(self.binarize)
-        for name in ("device", "strategy"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"{name} must be a string, got {shown(getattr(self, name))}")
-        if self.device not in ("cpu", "cuda", "auto"):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {shown(self.device)}")
+        if not isinstance(self.strategy, str):
+            raise ValueError(f"strategy must be a string, got {shown(self.strategy)}")
+        self.device = device_setting("device", self.device)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {shown(self.precision)}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from lightning.pytorch.utilities import disable_possible_user_warnings
 from pyro import poutine
 from torch import nn
 
+from ppl_vae._devices import available_device
 from ppl_vae._validation import boolean, shown
 from ppl_vae.infer.observations import check_observations_in_support
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
@@ -58,14 +60,29 @@ class FitResult:
     already_finished: bool = False
 
 
-def _accelerator(device: str) -> str:
-    if device == "auto":
-        return "gpu" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError("device='cuda' was asked for but torch sees no CUDA device")
-        return "gpu"
-    return "cpu"
+_LIGHTNING_ACCELERATORS = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}
+
+
+def _lightning_devices(config: TrainConfig) -> tuple[str, int | list[int]]:
+    """Lightning's ``accelerator`` and ``devices`` for ``config.device``, checked once to be on
+    this machine (:func:`~ppl_vae._devices.available_device`) before anything is built or
+    written: ``"cuda:1"`` is Lightning's ``devices=[1]``; ``"cuda"`` and ``"auto"`` take
+    ``config.devices`` devices.
+
+    :raises ValueError: naming the device when it is not there, is not one Lightning trains on,
+        or has an index while ``config.devices`` asks for more than one.
+    """
+    device = available_device(config.device)
+    if device.type not in _LIGHTNING_ACCELERATORS:
+        raise ValueError(f"device={config.device!r}: fit trains on 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'")
+    if device.index is None or config.device == "auto":
+        return _LIGHTNING_ACCELERATORS[device.type], config.devices
+    if config.devices > 1:
+        raise ValueError(
+            f"device={config.device!r} names one device but devices={config.devices}: use device='cuda' "
+            "with devices=N (and CUDA_VISIBLE_DEVICES to pick them)"
+        )
+    return _LIGHTNING_ACCELERATORS[device.type], [device.index]
 
 
 def cpu_has_amx_bf16() -> bool:
@@ -78,13 +95,13 @@ def cpu_has_amx_bf16() -> bool:
     return "amx_bf16" in cpuinfo.split()
 
 
-def _warn_if_bf16_is_slow(config: TrainConfig) -> None:
+def _warn_if_bf16_is_slow(config: TrainConfig, accelerator: str) -> None:
     """bf16-mixed pays on GPUs that support it and on CPUs with AMX; on other CPUs (AVX512-BF16
     included: measured 0.74-0.92x of float32's speed) and GPUs without bfloat16 it is slower
     than float32."""
     if config.precision != "bf16-mixed":
         return
-    on_gpu = _accelerator(config.device) == "gpu"
+    on_gpu = accelerator == "gpu"
     supported = torch.cuda.is_bf16_supported() if on_gpu else cpu_has_amx_bf16()
     if not supported:
         where = "GPU without bfloat16 support" if on_gpu else "CPU without AMX"
@@ -354,29 +371,50 @@ def _set_up(
     _check_first_batch(module)
     if run_dir is None:
         return _Setup(module)
-    run = RunDirectory(run_dir, overwrite=overwrite or rank > 0, resume=resume)
+    run = RunDirectory(run_dir, overwrite=overwrite or rank > 0, resume=resume, create=False)
     checkpoint = None
     if resume:
         checkpoint = read_checkpoint(run.last_checkpoint, weights_only=weights_only)
         _check_resumable(checkpoint, run.last_checkpoint, module)
-    if rank == 0:
-        _prepare_run_directory(run, config, checkpoint, extra_config)
     return _Setup(module, run, checkpoint)
 
 
-def _prepare_run_directory(
-    run: RunDirectory, config: TrainConfig, checkpoint: Mapping[str, Any] | None, extra_config: Mapping[str, Any] | None
-) -> None:
-    """For a new run: remove what a killed process left, the earlier run's checkpoints,
-    TensorBoard events and ``metrics.csv``, then write ``config.json``. A resume writes nothing
-    here: :class:`_ResumedRunFiles` brings its files in line once Lightning restored the checkpoint."""
-    if checkpoint is not None:
-        return
-    run.remove_temporary_files()
-    for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
-        stale.unlink()
-    run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
-    write_metrics_table(run.metrics_csv, [])
+class _NewRunFiles:
+    """What a new run writes into its run directory, and how to take it back.
+
+    :meth:`write` makes the folders, removes what a killed process left, the earlier run's
+    checkpoints, TensorBoard events and ``metrics.csv``, then writes ``config.json``.
+    :meth:`remove` removes every file and folder that :meth:`write` (or training since) created
+    where nothing was before, the run folder and its parents included when they did not
+    exist, and leaves everything that existed: a start that fails before its first iteration
+    leaves the folder as it found it, and a retry (``--device cpu``) starts afresh.
+
+    :param run: the run directory (not created yet).
+    """
+
+    def __init__(self, run: RunDirectory) -> None:
+        self.run = run
+        self.created_root = next((folder for folder in [*reversed(run.path.parents), run.path] if not folder.exists()), None)
+        self.existing = set(run.path.iterdir()) if self.created_root is None else set()
+
+    def write(self, config: TrainConfig, extra_config: Mapping[str, Any] | None) -> None:
+        run = self.run
+        run.create()
+        run.remove_temporary_files()
+        for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
+            stale.unlink()
+        run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
+        write_metrics_table(run.metrics_csv, [])
+
+    def remove(self) -> None:
+        if self.created_root is not None:
+            shutil.rmtree(self.created_root, ignore_errors=True)
+            return
+        for path in set(self.run.path.iterdir()) - self.existing:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 class _ResumedRunFiles(L.Callback):
@@ -453,7 +491,11 @@ def fit(
         ``{"x": X, "labelled": {"x": XL, "y": YL}}``. Each group's tensors are batched
         together and passed to the model by key.
     :param config: :class:`TrainConfig`; keyword ``overrides`` replace its fields.
-    :param run_dir: where config, checkpoints and metrics go; ``None`` trains in memory.
+    :param run_dir: where config, checkpoints and metrics go; ``None`` trains in memory. The
+        device and every setting are checked before anything is written there, and a new run
+        that fails before its first iteration (Lightning refusing a strategy, a device that
+        fails as training starts) removes what it created, leaving the folder as it found it
+        for a retry.
     :param resume: continue the run in ``run_dir`` from ``checkpoints/last.ckpt`` with its
         optimiser state, step count, batch order and random state. ``metrics.csv`` is made to
         hold the checkpoint's rows (rows logged after it by a killed run are dropped, and
@@ -497,7 +539,8 @@ def fit(
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("weights_only", weights_only)):
         boolean(name, flag)
     config = _configured(config, overrides)
-    _warn_if_bf16_is_slow(config)
+    accelerator, devices = _lightning_devices(config)
+    _warn_if_bf16_is_slow(config, accelerator)
     L.seed_everything(config.seed, workers=False, verbose=False)
     num_processes = config.devices * config.num_nodes
     rank = launch_rank(config.devices)
@@ -524,8 +567,8 @@ def fit(
     callbacks = _with_progress_bar(callbacks, config)
     with _quiet_lightning():
         trainer = L.Trainer(
-            accelerator=_accelerator(config.device),
-            devices=config.devices,
+            accelerator=accelerator,
+            devices=devices,
             num_nodes=config.num_nodes,
             strategy=training_strategy(config.strategy, num_processes),
             max_epochs=1,
@@ -543,14 +586,24 @@ def fit(
             log_every_n_steps=min(config.log_every_n_steps, config.steps),
         )
     module = setup.module
+    new_run = _NewRunFiles(setup.run) if setup.run is not None and setup.checkpoint is None and rank == 0 else None
+    if new_run is not None:
+        new_run.write(config, extra_config)
+    elif setup.run is not None and rank == 0:
+        setup.run.create()
     with pyro.validation_enabled(config.validate):
-        with _quiet_lightning():
-            trainer.fit(
-                module,
-                train_dataloaders=BatchBlocks(module.batches, config.iterations_per_training_step) if failure is None else [],
-                ckpt_path=str(setup.run.last_checkpoint) if setup.checkpoint is not None else None,
-                weights_only=weights_only,
-            )
+        try:
+            with _quiet_lightning():
+                trainer.fit(
+                    module,
+                    train_dataloaders=BatchBlocks(module.batches, config.iterations_per_training_step) if failure is None else [],
+                    ckpt_path=str(setup.run.last_checkpoint) if setup.checkpoint is not None else None,
+                    weights_only=weights_only,
+                )
+        except BaseException:
+            if new_run is not None and module.iteration == 0:
+                new_run.remove()
+            raise
         if setup.run is not None:
             trainer.save_checkpoint(setup.run.last_checkpoint, weights_only=False)
     model.cpu()

@@ -75,9 +75,11 @@ class RunDirectory:
         replaced as the new run writes them).
     :param resume: the folder must hold a run with a checkpoint to continue.
     :param create: make the ``checkpoints`` and ``pictures`` folders (for a run that trains or
-        evaluates); ``False`` opens the folder as it is and writes nothing.
+        evaluates); ``False`` opens the folder as it is and writes nothing (:meth:`create`
+        makes them later).
     :raises ValueError: (``UnsafePathError``) one of the run's files or folders is a symbolic
         link leading outside the run folder (the library would write through it).
+    :raises NotADirectoryError: the run folder, ``checkpoints`` or ``pictures`` is a file.
     """
 
     def __init__(self, path: str | os.PathLike, overwrite: bool = False, resume: bool = False, create: bool = True) -> None:
@@ -96,11 +98,16 @@ class RunDirectory:
                 f"run_dir {self.path} already holds a run; pass overwrite=True "
                 "(--overwrite) to replace it or resume=True (--resume) to continue it"
             )
+        for folder in (self.path, self.checkpoints, self.pictures):
+            if folder.exists() and not folder.is_dir():
+                raise NotADirectoryError(f"{folder} must be a folder of the run, but it is a file")
         if create:
-            for folder in (self.checkpoints, self.pictures):
-                if folder.exists() and not folder.is_dir():
-                    raise ValueError(f"{folder} must be a folder of the run, but it is a file")
-                folder.mkdir(parents=True, exist_ok=True)
+            self.create()
+
+    def create(self) -> None:
+        """Make the run folder with its ``checkpoints`` and ``pictures`` folders."""
+        for folder in (self.checkpoints, self.pictures):
+            folder.mkdir(parents=True, exist_ok=True)
 
     def check_links(self) -> None:
         """Refuse a run folder where a file or folder the library writes (``config.json``,
