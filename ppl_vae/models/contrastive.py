@@ -30,6 +30,7 @@ from torch import nn
 
 from ppl_vae._constants import CONTRASTIVE_LIKELIHOODS
 from ppl_vae._validation import choice, positive_integer
+from ppl_vae.models.inputs import ModelInputError, check_decoder_size
 from ppl_vae.models.likelihoods import (
     COUNT_LIKELIHOODS,
     CountLikelihood,
@@ -44,37 +45,46 @@ from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
 def check_contrastive_data(
     target: torch.Tensor | None, background: torch.Tensor | None, check_finite: bool = True
 ) -> None:
-    """Raise ``ValueError`` naming the argument when the target/background batch is unusable.
+    """Raise :class:`~ppl_vae.models.inputs.ModelInputError` (a ``ValueError`` that stays one
+    line under Pyro's trace) naming the argument when the target/background batch is unusable.
 
     Both must be floating-point tensors with at least one row and the same shape after the
     first dimension (``(B, *event)`` and ``(B', *event)``); at least one must be given. With
     ``check_finite`` NaN or infinite values are refused too (this reads the data back from the
-    device, so the model only does it under Pyro's validation).
+    device, so the model and guide do it on the CPU or under Pyro's validation).
 
     :param target: ``(B, *event)`` target batch, or ``None``.
     :param background: ``(B', *event)`` background batch, or ``None``.
     :param check_finite: refuse NaN or infinite values too.
     """
     if target is None and background is None:
-        raise ValueError("target and background are both None; give at least one batch")
+        raise ModelInputError("target and background are both None; give at least one batch")
     for name, data in (("target", target), ("background", background)):
         if data is None:
             continue
         if not isinstance(data, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(data).__name__}")
+            raise ModelInputError(f"{name} must be a torch.Tensor, got {type(data).__name__}")
         if not data.is_floating_point():
-            raise ValueError(
+            raise ModelInputError(
                 f"{name} must be floating point (convert counts and images with .float()), got dtype {data.dtype}"
             )
         if data.dim() < 2 or data.shape[0] == 0:
-            raise ValueError(f"{name} must have shape (batch >= 1, *features), got {tuple(data.shape)}")
+            raise ModelInputError(f"{name} must have shape (batch >= 1, *features), got {tuple(data.shape)}")
         if check_finite and not bool(torch.isfinite(data).all()):
-            raise ValueError(f"{name} contains NaN or infinite values")
+            raise ModelInputError(f"{name} contains NaN or infinite values")
     if target is not None and background is not None and target.shape[1:] != background.shape[1:]:
-        raise ValueError(
+        raise ModelInputError(
             f"background must have the target's feature shape {tuple(target.shape[1:])}, "
             f"got {tuple(background.shape[1:])}"
         )
+
+
+def _reads_back(*batches: torch.Tensor | None) -> bool:
+    """Whether the model may read the batches' values back to check them: on the CPU (no
+    device synchronisation) or under Pyro's validation."""
+    return is_validation_enabled() or all(
+        batch.device.type == "cpu" for batch in batches if isinstance(batch, torch.Tensor)
+    )
 
 
 class ContrastiveVAE(PyroModule):
@@ -137,6 +147,7 @@ class ContrastiveVAE(PyroModule):
             self.counts = CountLikelihood(int(event_shape[0]), zero_inflated=likelihood == "zinb")
         else:
             check_likelihood(likelihood, likelihood_scale)
+        check_decoder_size(decoder, salient_dim + shared_dim, "salient_dim + shared_dim")
         self.salient_encoder = salient_encoder
         self.shared_encoder = shared_encoder
         self.salient_head = GaussianHead(salient_encoder.out_features, salient_dim, bias=bias)
@@ -226,7 +237,7 @@ class ContrastiveVAE(PyroModule):
         :param background_batch_size: with ``background=None``, the number B' of background points to draw.
         """
         if batch_size is None and background_batch_size is None:
-            check_contrastive_data(target, background, check_finite=is_validation_enabled())
+            check_contrastive_data(target, background, check_finite=_reads_back(target, background))
         # Each access to a network attribute of a PyroModule registers its parameters with Pyro
         # again, so every network is read into a local once.
         decoder, shared_prior = self.decoder, self.shared_prior
@@ -252,6 +263,7 @@ class ContrastiveVAE(PyroModule):
         :param target: ``(B, *event)`` target batch, or ``None``.
         :param background: ``(B', *event)`` background batch, or ``None``.
         """
+        check_contrastive_data(target, background, check_finite=_reads_back(target, background))
         shared_encoder, shared_head = self.shared_encoder, self.shared_head  # registered once (see model)
         if target is not None:
             batch = target.shape[0]
@@ -268,18 +280,23 @@ class ContrastiveVAE(PyroModule):
                 pyro.sample("background_z", dist.Normal(z_loc, z_scale).to_event(1))
 
     def salient_embedding(self, x: torch.Tensor) -> torch.Tensor:
-        """Posterior means of q(s | x): ``x (B, *event) -> (B, D_s)``.
+        """Posterior means of q(s | x): ``x (B, *event) -> (B, D_s)``, computed without
+        gradients (a tensor that scikit-learn and numpy take as it is; differentiate through
+        ``salient_head(salient_encoder(x))`` where gradients are wanted).
 
         :param x: ``(B, *event)`` data points (target or background).
         """
-        return self.salient_head(self.salient_encoder(self._encoder_input(x)))[0]
+        with torch.no_grad():
+            return self.salient_head(self.salient_encoder(self._encoder_input(x)))[0]
 
     def shared_embedding(self, x: torch.Tensor) -> torch.Tensor:
-        """Posterior means of q(z | x): ``x (B, *event) -> (B, D_z)``.
+        """Posterior means of q(z | x): ``x (B, *event) -> (B, D_z)``, computed without
+        gradients, as :meth:`salient_embedding`.
 
         :param x: ``(B, *event)`` data points (target or background).
         """
-        return self.shared_head(self.shared_encoder(self._encoder_input(x)))[0]
+        with torch.no_grad():
+            return self.shared_head(self.shared_encoder(self._encoder_input(x)))[0]
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """``[E q(s|x), E q(z|x)]``: ``x (B, *event) -> (B, D_s + D_z)``.

@@ -44,6 +44,7 @@ from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite, positive_integer
 from ppl_vae.distributions import ClassConditionalGaussianPrior
 from ppl_vae.infer.schedules import LinearSchedule
+from ppl_vae.models.inputs import ModelInputError, check_batch, check_decoder_size, encoder_input_shape
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, one_draw_per_point, unique_pyro_name
 from ppl_vae.models.variables import ClassVariable
@@ -129,8 +130,11 @@ class PartedVAE(PyroModule):
         prior = prior if prior is not None else StandardNormalPrior(z_dim)
         if getattr(prior, "dim", z_dim) != z_dim:
             raise ValueError(f"prior has dimension {prior.dim} but z_dim is {z_dim}")
+        check_decoder_size(decoder, z_dim + sum(u_dims), "z_dim + sum(u_dims)")
         features = encoder.out_features
         self.encoder = encoder
+        #: what one point of ``x`` must be (:func:`~ppl_vae.models.inputs.encoder_input_shape`).
+        self.point_input = encoder_input_shape(encoder)
         self.decoder = decoder
         self.prior = prior
         self.z_head = GaussianHead(features, z_dim)
@@ -276,23 +280,23 @@ class PartedVAE(PyroModule):
 
         :param y: integer class indices, ``(B,)`` (one variable) or ``(B, V)``.
         :param batch_size: B, the batch size ``y`` must match.
-        :raises ValueError: on a wrong shape, a non-integer dtype or a value outside [0, L_i).
+        :raises ModelInputError: (a ``ValueError``, one line under Pyro's trace) on a wrong shape, a non-integer dtype or a value outside [0, L_i).
         """
         if not isinstance(y, torch.Tensor) or y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
-            raise ValueError(f"y must be an integer tensor of class indices, got {type(y).__name__} "
+            raise ModelInputError(f"y must be an integer tensor of class indices, got {type(y).__name__} "
                              f"{getattr(y, 'dtype', '')}")
         if y.dim() == 1 and self.num_variables == 1:
             y = y.unsqueeze(-1)
         if y.shape != (batch_size, self.num_variables):
             expected = f"({batch_size},) or " if self.num_variables == 1 else ""
-            raise ValueError(
+            raise ModelInputError(
                 f"y must have shape {expected}({batch_size}, {self.num_variables}), got {tuple(y.shape)}"
             )
         if y.device.type != "cpu" and not is_validation_enabled():
             return y.long()
         for i, size in enumerate(self.num_classes):
             if y.numel() and (y[:, i].min() < 0 or y[:, i].max() >= size):
-                raise ValueError(
+                raise ModelInputError(
                     f"y[:, {i}] must hold class indices in [0, {size}), got values in "
                     f"[{int(y[:, i].min())}, {int(y[:, i].max())}]"
                 )
@@ -330,6 +334,8 @@ class PartedVAE(PyroModule):
             latent.
         :param batch_size: B when ``x`` is ``None``; when both are given they must agree.
         :param step: the training step (not read by the model)."""
+        if x is not None:
+            check_batch("x", x, self.point_input)
         batch = batch_size_of(x, batch_size)
         labels = None if y is None else self.check_labels(y, batch)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
@@ -360,7 +366,7 @@ class PartedVAE(PyroModule):
             its relaxed q(c | x)).
         :param step: the training step (an int >= 0 or a 0-dim tensor) that sets the attention
             sharpness; ``None`` for the schedule's end value."""
-        batch = x.shape[0]
+        batch = check_batch("x", x, self.point_input).shape[0]
         labels = None if y is None else self.check_labels(y, batch)
         h = self.encoder(x)
         z_loc, z_scale = self.z_head(h)

@@ -17,6 +17,7 @@ from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
 from ppl_vae._validation import positive_integer
+from ppl_vae.models.inputs import check_batch, check_decoder_size, encoder_input_shape
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.nn import GaussianHead
 
@@ -109,6 +110,11 @@ class VAE(PyroModule):
     :param data_size: N; when set, every per-point site is scaled by N / B so that the
         loss estimates the whole-data-set objective; when ``None`` the loss is the
         minibatch sum.
+
+    ``model`` and ``guide`` check ``x`` at their entry (:func:`~ppl_vae.models.inputs.check_batch`:
+    a tensor of the encoder's input shape, where the encoder is one of :mod:`ppl_vae.nn`, free
+    of NaN and infinities) and refuse it in one line naming ``x``, before Pyro's shape table;
+    a decoder of :mod:`ppl_vae.nn` must take ``latent_dim`` features.
     """
 
     def __init__(
@@ -126,12 +132,15 @@ class VAE(PyroModule):
         if data_size is not None:
             positive_integer("data_size", data_size)
         check_likelihood(likelihood, likelihood_scale)
+        check_decoder_size(decoder, latent_dim)
         prior = prior if prior is not None else StandardNormalPrior(latent_dim)
         if getattr(prior, "dim", latent_dim) != latent_dim:
             raise ValueError(
                 f"prior has dimension {prior.dim} but latent_dim is {latent_dim}"
             )
         self.encoder = encoder
+        #: what one point of ``x`` must be (:func:`~ppl_vae.models.inputs.encoder_input_shape`).
+        self.point_input = encoder_input_shape(encoder)
         self.head = GaussianHead(encoder.out_features, latent_dim)
         self.decoder = decoder
         self.prior = prior
@@ -157,6 +166,8 @@ class VAE(PyroModule):
         :param x: ``(B, *event)`` data batch, observed at site ``x``; ``None`` to draw.
         :param batch_size: with ``x=None``, the number B of points to draw.
         """
+        if x is not None:
+            check_batch("x", x, self.point_input)
         batch = batch_size_of(x, batch_size)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             z = one_draw_per_point(pyro.sample("z", self.prior().expand([batch])), "z")
@@ -174,7 +185,7 @@ class VAE(PyroModule):
 
         :param x: ``(B, *event)`` data batch.
         """
-        batch = x.shape[0]
+        batch = check_batch("x", x, self.point_input).shape[0]
         loc, scale = self.head(self.encoder(x))
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             return pyro.sample("z", dist.Normal(loc, scale).to_event(1))
