@@ -1,0 +1,105 @@
+"""The library's models refuse a bad batch at the entry of ``model`` and ``guide``, in one line
+naming the argument, without Pyro's trace-shape table (which Pyro appends to a ValueError or
+RuntimeError raised inside a trace), through plain SVI, Predictive and the library's check."""
+import pytest
+import torch
+from pyro.infer import SVI, TraceMeanField_ELBO
+from pyro.optim import Adam
+
+from ppl_vae.checks import posterior_predictive_check
+from ppl_vae.infer import ContrastiveELBO, PartedELBO
+from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
+from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
+
+
+def conv_vae() -> VAE:
+    return VAE(ConvEncoder(28, 1, hidden_dim=16), ConvDecoder(2, 28, 1, hidden_dim=16), 2)
+
+
+def svi_step_error(model, guide, objective, *args) -> str:
+    svi = SVI(model, guide, Adam({"lr": 1e-3}), objective)
+    with pytest.raises(ValueError) as refused:
+        svi.step(*args)
+    return str(refused.value)
+
+
+def nan_images(n: int = 4) -> torch.Tensor:
+    x = torch.rand(n, 1, 28, 28).round()
+    x[0, 0, 3, 3] = float("nan")
+    return x
+
+
+def test_a_batch_of_the_wrong_shape_is_named_in_one_line_without_the_shape_table():
+    vae = conv_vae()
+    message = svi_step_error(vae.model, vae.guide, TraceMeanField_ELBO(), torch.rand(32, 28, 28))
+    assert message == "x must have shape (batch, 1, 28, 28), got (32, 28, 28)"
+
+
+def test_nan_in_the_data_through_plain_svi_names_x_in_one_line():
+    vae = conv_vae()
+    message = svi_step_error(vae.model, vae.guide, TraceMeanField_ELBO(), nan_images())
+    assert message == "x must be finite, got 1 NaN or infinite value(s) among its 3136"
+
+
+def test_nan_in_the_data_through_the_posterior_predictive_check_names_x_in_one_line():
+    with pytest.raises(ValueError) as refused:
+        posterior_predictive_check(conv_vae(), {"x": nan_images(8)}, num_samples=2)
+    assert str(refused.value) == "x must be finite, got 1 NaN or infinite value(s) among its 6272"
+
+
+def test_an_mlp_encoder_takes_points_of_any_shape_with_its_number_of_features():
+    vae = VAE(MLP([8, 16], final_activation=torch.nn.ReLU()), mlp_decoder(2, [16], (8,)), 2, likelihood="gaussian",
+              likelihood_scale=0.5)
+    svi = SVI(vae.model, vae.guide, Adam({"lr": 1e-3}), TraceMeanField_ELBO())
+    assert svi.step(torch.randn(4, 8)) > 0
+    message = svi_step_error(vae.model, vae.guide, TraceMeanField_ELBO(), torch.randn(4, 9))
+    assert message == "x must have shape (batch, *features) with 8 features per point, got (4, 9)"
+
+
+@pytest.mark.parametrize(
+    "build, named",
+    [
+        (lambda: VAE(MLP([8, 16], final_activation=torch.nn.ReLU()), mlp_decoder(2, [16], (8,)), 3,
+                     likelihood="gaussian", likelihood_scale=0.5),
+         "decoder must take latents of latent_dim=3 features, got a decoder of 2"),
+        (lambda: VAE(ConvEncoder(28, 1, hidden_dim=16), ConvDecoder(4, 28, 1, hidden_dim=16), 2),
+         "decoder must take latents of latent_dim=2 features, got a decoder of 4"),
+        (lambda: PartedVAE(MLP([8, 16]), mlp_decoder(3, [16], (8,)), 2, 3, u_dims=2, likelihood="gaussian",
+                           likelihood_scale=0.5),
+         r"decoder must take latents of z_dim \+ sum\(u_dims\)=4 features, got a decoder of 3"),
+        (lambda: ContrastiveVAE(MLP([8, 16]), MLP([8, 16]), mlp_decoder(5, [16], (8,)), 2, 2),
+         r"decoder must take latents of salient_dim \+ shared_dim=4 features, got a decoder of 5"),
+    ],
+)
+def test_a_decoder_whose_width_is_not_the_latent_size_is_refused_when_the_model_is_built(build, named):
+    with pytest.raises(ValueError, match=f"^{named}$"):
+        build()
+
+
+def test_parted_vae_names_a_bad_batch_or_labels_in_one_line():
+    model = PartedVAE.mlp((1, 28, 28), z_dim=2, num_classes=3, u_dims=2, hidden=(16,))
+    objective = PartedELBO(labelled_group=None)
+    assert svi_step_error(model.model, model.guide, objective, nan_images()) == (
+        "x must be finite, got 1 NaN or infinite value(s) among its 3136"
+    )
+    labels = torch.tensor([0, 1, 2, 5])
+    message = svi_step_error(model.model, model.guide, objective, torch.rand(4, 1, 28, 28).round(), labels)
+    assert message.startswith("y[:, 0] must hold class indices in [0, 3)") and "\n" not in message
+
+
+def test_contrastive_vae_names_nan_in_the_background_in_one_line():
+    model = ContrastiveVAE.mlp((8,), salient_dim=2, shared_dim=2, hidden=16, likelihood="gaussian",
+                               likelihood_scale=0.5)
+    background = torch.randn(4, 8)
+    background[1, 1] = float("inf")
+    message = svi_step_error(model.model, model.guide, ContrastiveELBO(), torch.randn(4, 8), background)
+    assert message == "background contains NaN or infinite values"
+
+
+def test_contrastive_embeddings_are_plain_tensors_for_numpy_and_scikit_learn():
+    model = ContrastiveVAE.mlp((8,), salient_dim=2, shared_dim=2, hidden=16, likelihood="gaussian",
+                               likelihood_scale=0.5)
+    x = torch.randn(5, 8)
+    for embedding in (model.salient_embedding(x), model.shared_embedding(x), model.encode(x)):
+        assert not embedding.requires_grad
+        assert embedding.numpy().shape[0] == 5
