@@ -8,7 +8,9 @@ refuse NaN and infinities where a finite number is.
 """
 from __future__ import annotations
 
+import difflib
 import math
+import os
 import reprlib
 from collections.abc import Sequence
 from numbers import Integral, Real
@@ -89,6 +91,39 @@ def site_name(name: str, value: Any) -> str:
     """
     require(name, value, isinstance(value, str) and bool(value), "a non-empty site name")
     return value
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """The end of an "unknown name" error: ``"; did you mean 'lr'?"`` with the close names among
+    ``known`` (:func:`difflib.get_close_matches`, and a name that is the initials of
+    ``name``'s words: ``learning_rate`` -> ``lr``), else ``"; valid: a, b, c"``. The command
+    line's settings and :func:`ppl_vae.fit`'s keyword settings say it alike."""
+    name = str(name)[:200]
+    close = [k for k in known if _initials(name) == k.rpartition(".")[2]]
+    close += [k for k in difflib.get_close_matches(name, list(known), n=3, cutoff=0.6) if k not in close][: 3 - len(close)]
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else f"; valid: {', '.join(known)}"
+
+
+def _initials(name: str) -> str:
+    words = name.rpartition(".")[2].split("_")
+    return "".join(word[:1] for word in words) if len(words) > 1 else ""
+
+
+THREADS_ENV = "PPL_VAE_NUM_THREADS"
+
+
+def threads_from_environment() -> int | None:
+    """``$PPL_VAE_NUM_THREADS`` (torch's CPU threads for :func:`ppl_vae.fit` and ``ppl-vae``) as
+    a positive integer; ``None`` when it is unset or empty.
+
+    :raises ValueError: naming the variable when it is not a positive integer.
+    """
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or len(text) > 6 or int(text) < 1:
+        raise ValueError(f"{THREADS_ENV} must be a positive integer (torch CPU threads), got {shown(text)}")
+    return int(text)
 
 
 def _range(minimum: int | None, maximum: int | None) -> str:

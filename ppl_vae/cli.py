@@ -24,14 +24,15 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ppl_vae._files import read_json, write_atomically
-from ppl_vae._validation import shown
+from ppl_vae._validation import THREADS_ENV, threads_from_environment
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import (
     config_from_file,
@@ -55,7 +56,6 @@ _TRAIN_SHORTCUTS = {
     "strategy": "train.strategy",
     "precision": "train.precision",
 }
-THREADS_ENV = "PPL_VAE_NUM_THREADS"
 _INPUT_ERRORS = (ValueError, TypeError, LookupError, FileNotFoundError, FileExistsError, NotADirectoryError)
 
 
@@ -384,21 +384,31 @@ def failure(error: BaseException) -> tuple[int, str]:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "train" and not args.model and not args.resume:
         raise UsageError("train needs MODEL or --resume RUN_DIR")
-    if args.threads is None:
-        args.threads = _threads_from_environment()
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be >= 1, got {args.threads}")
-    return args.handler(args)
+    if args.threads is None:
+        try:
+            args.threads = threads_from_environment()
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        return args.handler(args)
+    with _threads_in_environment(args.threads):
+        return args.handler(args)
 
 
-def _threads_from_environment() -> int | None:
-    """``$PPL_VAE_NUM_THREADS`` as a positive integer, ``None`` when it is unset or empty."""
-    text = os.environ.get(THREADS_ENV, "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or len(text) > 6 or int(text) < 1:
-        raise UsageError(f"{THREADS_ENV} must be a positive integer (torch CPU threads), got {shown(text)}")
-    return int(text)
+@contextmanager
+def _threads_in_environment(threads: int) -> Iterator[None]:
+    """``$PPL_VAE_NUM_THREADS`` set to ``--threads`` while a command runs (what :func:`ppl_vae.fit`
+    reads), then restored."""
+    before = os.environ.get(THREADS_ENV)
+    os.environ[THREADS_ENV] = str(threads)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[THREADS_ENV]
+        else:
+            os.environ[THREADS_ENV] = before
 
 
 def main(argv: Sequence[str] | None = None) -> int:

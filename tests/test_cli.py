@@ -50,6 +50,7 @@ def test_resuming_a_finished_run_from_the_command_line_changes_no_file(tmp_path)
         (["train", "nope"], "unknown model 'nope'"),
         (["train", "vae", "--set", "bogus=1"], "unknown setting 'bogus'"),
         (["train", "vae", "--set", "novalue"], "--set expects name=value"),
+        (["train", "vae", "--set", "train.learning_rate=1e-3"], "unknown setting 'train.learning_rate'; did you mean 'train.lr' or"),
         (["train", "vae", "--steps", "0"], "steps must be a positive integer"),
         (["train", "vae", "--set", "dataset=cifar"], "dataset must be one of"),
         (["train", "--resume", "/nonexistent/run"], "run directory '/nonexistent/run' does not exist"),

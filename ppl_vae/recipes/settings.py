@@ -11,7 +11,6 @@ Imports nothing heavy (no torch), so that the command line can list settings qui
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import json
 import math
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ppl_vae._files import MAX_NESTING, NestingError, parse_json, read_json, read_yaml
-from ppl_vae._validation import shown
+from ppl_vae._validation import did_you_mean, shown
 
 _INTEGER = re.compile(r"[+-]?\d+")
 _NONE_TEXT = ("null", "none")
@@ -400,9 +399,7 @@ def text_holds_commas(hint: Any) -> bool:
 def unknown_setting(name: str, config_class: type, prefix: str = "") -> SettingError:
     """The error for an unknown setting ``name``, suggesting close names."""
     known = [prefix + setting.name for setting in settings_of(config_class)]
-    close = difflib.get_close_matches(name[:200], known, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else f"; valid: {', '.join(known)}"
-    return SettingError(f"unknown setting {shown(name)}{hint}")
+    return SettingError(f"unknown setting {shown(name)}{did_you_mean(name, known)}")
 
 
 def flatten_settings(config_class: type, values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -46,14 +46,13 @@ def as_groups(data: Mapping[str, torch.Tensor | Mapping[str, torch.Tensor]]) -> 
             raise ValueError(f"data group {name!r} is empty")
         sizes = set()
         for key, tensor in group.items():
+            where = f"data[{name!r}]" if isinstance(value, torch.Tensor) else f"data[{name!r}][{key!r}]"
             if not isinstance(tensor, torch.Tensor):
-                raise ValueError(
-                    f"data[{name!r}][{key!r}] must be a torch.Tensor, got {type(tensor).__name__}"
-                )
+                raise ValueError(f"{where} must be a torch.Tensor, got {type(tensor).__name__}")
             if tensor.dim() == 0 or tensor.shape[0] == 0:
-                raise ValueError(f"data[{name!r}][{key!r}] has no rows: shape {tuple(tensor.shape)}")
+                raise ValueError(f"{where} has no rows: shape {tuple(tensor.shape)}")
             if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                raise ValueError(f"data[{name!r}][{key!r}] contains NaN or inf values")
+                raise ValueError(f"{where} contains NaN or inf values")
             sizes.add(tensor.shape[0])
         if len(sizes) != 1:
             raise ValueError(f"tensors of data group {name!r} differ in length: {sorted(sizes)}")
@@ -107,7 +106,8 @@ class TensorBatches:
             for key in self.binarize & set(group):
                 tensor = group[key]
                 if tensor.is_floating_point() and not bool(((tensor >= 0) & (tensor <= 1)).all()):
-                    raise ValueError(f"binarize: data[{name!r}][{key!r}] must hold grey levels in [0, 1] to draw from")
+                    where = f"data[{name!r}]" if set(group) == {name} else f"data[{name!r}][{key!r}]"
+                    raise ValueError(f"binarize: {where} must hold grey levels in [0, 1] to draw from")
         self.num_batches = integer("num_batches", num_batches, minimum=0)
         self.seed = integer("seed", seed, minimum=0)
         self.batch_size = positive_integer("batch_size", batch_size)

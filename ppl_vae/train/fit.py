@@ -1,6 +1,7 @@
 """``fit``: one training path for every model/objective pair, on CPU or GPU."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -24,7 +25,7 @@ from pyro import poutine
 from torch import nn
 
 from ppl_vae._devices import available_device
-from ppl_vae._validation import boolean, shown
+from ppl_vae._validation import boolean, did_you_mean, shown, threads_from_environment
 from ppl_vae.infer.observations import check_observations_in_support
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
@@ -271,9 +272,10 @@ def _configured(config: TrainConfig | None, overrides: Mapping[str, Any]) -> Tra
     if not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a TrainConfig or None, got {type(config).__name__}")
     if overrides:
-        unknown = set(overrides) - set(TrainConfig.__dataclass_fields__)
+        settings = [field.name for field in dataclasses.fields(TrainConfig)]
+        unknown = sorted(set(overrides) - set(settings))
         if unknown:
-            raise TypeError(f"unknown training settings {sorted(unknown)}")
+            raise TypeError(f"unknown training setting {shown(unknown[0])}{did_you_mean(unknown[0], settings)}")
         config = TrainConfig(**{**config.to_dict(), **overrides})
     if "tensorboard" in config.loggers and not any(
         importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")
@@ -513,7 +515,11 @@ def fit(
         q(z) in :class:`~ppl_vae.infer.decomposition.AggregateDivergence`'s inclusive KL. Their tensors
         are moved to the training device once.
     :param overrides: fields of :class:`TrainConfig` to replace (``lr=1e-3``, ``batch_size=256``),
-        applied to ``config`` or to the defaults; an unknown name raises a ``TypeError``.
+        applied to ``config`` or to the defaults; an unknown name raises a ``TypeError`` that
+        suggests the close ones (``learning_rate`` -> ``'lr'``).
+
+    ``$PPL_VAE_NUM_THREADS``, when set, is the number of torch CPU threads (``torch.set_num_threads``)
+    fit trains with, as for ``ppl-vae``; 1 where other processes share the CPU.
 
     Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see
     :func:`~ppl_vae.train.distributed.training_strategy`) trains one process per device,
@@ -540,6 +546,9 @@ def fit(
         boolean(name, flag)
     config = _configured(config, overrides)
     accelerator, devices = _lightning_devices(config)
+    threads = threads_from_environment()
+    if threads is not None:
+        torch.set_num_threads(threads)
     _warn_if_bf16_is_slow(config, accelerator)
     L.seed_everything(config.seed, workers=False, verbose=False)
     num_processes = config.devices * config.num_nodes

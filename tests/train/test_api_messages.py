@@ -1,0 +1,40 @@
+"""fit says what the command line says: close names for an unknown setting, the data's own
+name for NaN, and $PPL_VAE_NUM_THREADS."""
+import pytest
+import torch
+from pyro.infer import TraceMeanField_ELBO
+from test_engine import FAST, small_vae
+
+from ppl_vae import fit
+
+
+def test_an_unknown_training_setting_gets_the_command_lines_suggestion(data):
+    with pytest.raises(TypeError, match=r"^unknown training setting 'learning_rate'; did you mean 'lr'\?$"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, learning_rate=1e-3, steps=1)
+    with pytest.raises(TypeError, match=r"^unknown training setting 'colour'; valid: steps, batch_size, lr,"):
+        fit(small_vae(), TraceMeanField_ELBO(), data, colour="red", steps=1)
+
+
+@pytest.mark.parametrize(
+    "data, named",
+    [({"x": torch.tensor([[float("nan")] * 8] * 4)}, r"^data\['x'\] contains NaN or inf values$"),
+     ({"labelled": {"x": torch.tensor([[float("inf")] * 8] * 4)}}, r"^data\['labelled'\]\['x'\] contains NaN or inf values$"),
+     ({"x": torch.full((4, 8), 2.0)}, r"^binarize: data\['x'\] must hold grey levels in \[0, 1\]")],
+)
+def test_fit_names_bad_data_as_it_was_given(data, named):
+    with pytest.raises(ValueError, match=named):
+        fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, binarize=("x",), **FAST)
+
+
+def test_fit_trains_with_the_threads_of_ppl_vae_num_threads(data, monkeypatch):
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setenv("PPL_VAE_NUM_THREADS", "2")
+        fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, **FAST)
+        assert torch.get_num_threads() == 2
+        monkeypatch.setenv("PPL_VAE_NUM_THREADS", "many")
+        with pytest.raises(ValueError, match="^PPL_VAE_NUM_THREADS must be a positive integer"):
+            fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, **FAST)
+    finally:
+        torch.set_num_threads(threads)
