@@ -28,7 +28,8 @@ class NestingError(ValueError):
 
 
 class UnsafePathError(ValueError):
-    """A file to write is, or lies in, a symbolic link leading outside the folder it must stay in."""
+    """A file to write is, or lies in, a symbolic link leading outside the folder it must stay in
+    or into a loop of links."""
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -42,17 +43,29 @@ def check_stays_within(path: str | os.PathLike, within: str | os.PathLike) -> No
     :raises UnsafePathError: naming the link and where it leads.
     """
     path, within = Path(path), Path(within)
-    root = within.resolve()
+    root = _resolved(within)
     relative = path.relative_to(within) if _inside(path, within) else None
     if relative is None:
         raise UnsafePathError(f"{path} lies outside {within}, where it must be written")
     current = within
     for part in relative.parts:
         current = current / part
-        if current.is_symlink() and not _inside(current.resolve(), root):
+        if current.is_symlink() and not _inside(_resolved(current), root):
             raise UnsafePathError(
                 f"{current} is a symbolic link to {current.resolve()}, outside {within}: refusing to write through it"
             )
+
+
+def _resolved(path: Path) -> Path:
+    """``path.resolve()``; a loop of symbolic links (pathlib's ``RuntimeError``, an ``OSError``
+    from Python 3.13) is refused naming the link.
+
+    :raises UnsafePathError: naming ``path``.
+    """
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        raise UnsafePathError(f"{path} is a symbolic link that leads into a loop of links") from None
 
 
 def write_atomically(
@@ -165,7 +178,10 @@ def read_yaml(path: str | os.PathLike, what: str) -> Any:
     import yaml
 
     text = read_text(path, what)
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # its reader refuses control characters (NUL) here
+    except yaml.YAMLError as error:
+        raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(error).split())[:500]}") from None
     try:
         node = loader.get_single_node()
         if node is None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ppl_vae._files import read_json, write_atomically
+from ppl_vae._files import check_stays_within, read_json, write_atomically
 from ppl_vae._validation import THREADS_ENV, threads_from_environment
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import (
@@ -99,6 +99,7 @@ def _existing_run_dir(path: str) -> Path:
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise UsageError(f"run directory {path!r} does not exist")
+    check_stays_within(run_dir / "config.json", run_dir)  # a link out of the run or into a loop
     if not (run_dir / "config.json").is_file():
         raise UsageError(f"{path!r} is not a run directory: it holds no config.json")
     return run_dir

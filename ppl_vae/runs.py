@@ -173,7 +173,7 @@ def load_run(
         count) exceed ``MAX_MODEL_INPUT``, ``MAX_LAYER_WIDTH``, ``MAX_PARAMETERS``.
     :raises ValueError: (``UnsafePathError``) a file of the run is a symbolic link leading outside it.
     :raises ValueError: ``device`` is not on this machine (one line naming it).
-    :raises NotADirectoryError: ``checkpoints`` or ``pictures`` of the run is a file.
+    :raises ValueError: ``checkpoints`` or ``pictures`` of the run is a file.
     """
     from ppl_vae.recipes.settings import config_from_file
     from ppl_vae.train import RunDirectory, TrainConfig

@@ -312,3 +312,69 @@ def test_the_writers_of_a_run_never_write_outside_it(tmp_path_factory, links):
     except ValueError as error:
         assert "symbolic link" in str(error) or "folder" in str(error), error
     assert snapshot(outside) == before
+
+
+# the cases a fuzz of every reader found last (issue 42) ---------------------------------------
+
+
+def test_a_yaml_config_with_a_nul_byte_is_a_usage_error_naming_the_file(tmp_path, capsys):
+    from ppl_vae.cli import main
+
+    config = tmp_path / "settings.yaml"
+    config.write_bytes(b"latent_dim: 3\x00\n")
+    assert main(["train", "vae", "--config", str(config), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"ppl-vae: error: config file {config} is not valid YAML: unacceptable character #x0000")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_config_json_in_a_loop_of_links_is_named_by_every_reader(trained_run, tmp_path_factory, capsys):
+    from ppl_vae.cli import main
+
+    run = Path(shutil.copytree(trained_run, tmp_path_factory.mktemp("loop") / "run"))
+    (run / "config.json").unlink()
+    (run / "config.json").symlink_to("config.json")
+    named = f"{run / 'config.json'} is a symbolic link that leads into a loop of links"
+    assert outcome(lambda: ppl_vae.load_run(run), run, names=named) is None
+    for argv in (["train", "--resume", str(run)], ["evaluate", str(run)], ["train", "vae", "--run-dir", str(run), "--overwrite"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == f"ppl-vae: error: {named}"
+
+
+def test_resuming_a_finished_run_whose_metrics_json_is_a_list_names_the_file(trained_run, tmp_path_factory, capsys):
+    from ppl_vae.cli import main
+
+    run = Path(shutil.copytree(trained_run, tmp_path_factory.mktemp("metrics") / "run"))
+    (run / "metrics.json").write_text("[1, 2]\n")
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ppl-vae: error: run metrics {run / 'metrics.json'} must hold a JSON object of figures, got a list: "
+        f"remove it and run `ppl-vae evaluate {run}`"
+    )
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("folder", ["pictures", "checkpoints"])
+def test_load_run_refuses_a_run_whose_folder_is_a_file(trained_run, tmp_path_factory, folder):
+    run = Path(shutil.copytree(trained_run, tmp_path_factory.mktemp("folder") / "run"))
+    shutil.rmtree(run / folder)
+    (run / folder).write_bytes(b"not a folder")
+    named = f"{run / folder} must be a folder of the run, but it is a file"
+    assert outcome(lambda: ppl_vae.load_run(run), run, names=named) is None
+
+
+@pytest.mark.parametrize(
+    "table",
+    [torch.tensor([[0.0, 3.0, 256.0], [1.5, 0.0, 7.0]], dtype=torch.bfloat16),
+     torch.tensor([[0.0, 3.0, 2048.0], [1.5, 0.0, 7.0]], dtype=torch.float16),
+     torch.tensor([[0.0, 3.0, 5.0], [1.0, 0.0, 7.0]]).to_sparse(),
+     torch.tensor([[0.0, 3.0, 5.0], [1.0, 0.0, 7.0]]).to_sparse_csr()],
+    ids=["bfloat16", "float16", "sparse COO", "sparse CSR"],
+)
+def test_bfloat16_and_sparse_count_tables_become_the_same_float32_table(table):
+    """The documented choice of contrastive_tensors: widen to float32 (exact) and make dense."""
+    tables = contrastive_tensors(table, table)
+    dense = table.to_dense() if table.layout != torch.strided else table
+    assert tables["target"].dtype == torch.float32 and tables["target"].layout == torch.strided
+    assert torch.equal(tables["target"], dense.float()) and torch.equal(tables["background"], dense.float())

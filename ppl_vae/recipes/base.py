@@ -91,7 +91,13 @@ def train_recipe(
     if result.global_rank != 0:
         return {}
     if result.already_finished and result.run_dir.metrics_path.is_file():
-        return read_json(result.run_dir.metrics_path, "run metrics")  # a finished run resumed changes no file
+        figures = read_json(result.run_dir.metrics_path, "run metrics")  # a finished run resumed changes no file
+        if not isinstance(figures, dict):
+            raise ValueError(
+                f"run metrics {result.run_dir.metrics_path} must hold a JSON object of figures, got a "
+                f"{type(figures).__name__}: remove it and run `ppl-vae evaluate {result.run_dir.path}`"
+            )
+        return figures
     return evaluate_and_save(experiment, result.model, result.run_dir, result.history, config.train.seed)
 
 

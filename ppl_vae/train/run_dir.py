@@ -79,7 +79,7 @@ class RunDirectory:
         makes them later).
     :raises ValueError: (``UnsafePathError``) one of the run's files or folders is a symbolic
         link leading outside the run folder (the library would write through it).
-    :raises NotADirectoryError: the run folder, ``checkpoints`` or ``pictures`` is a file.
+    :raises ValueError: the run folder, ``checkpoints`` or ``pictures`` is a file.
     """
 
     def __init__(self, path: str | os.PathLike, overwrite: bool = False, resume: bool = False, create: bool = True) -> None:
@@ -100,7 +100,7 @@ class RunDirectory:
             )
         for folder in (self.path, self.checkpoints, self.pictures):
             if folder.exists() and not folder.is_dir():
-                raise NotADirectoryError(f"{folder} must be a folder of the run, but it is a file")
+                raise ValueError(f"{folder} must be a folder of the run, but it is a file")
         if create:
             self.create()
 
