@@ -48,7 +48,7 @@ import torch
 import torch._dynamo
 from harness import DSPRITES_IMAGES, Workload, adam
 from overhead import workloads as overhead_workloads
-from reporting import machine_description, write_results
+from reporting import machine_description, recorded_path, write_results
 from torch._dynamo.utils import counters
 
 from ppl_vae.infer import TrainingIteration
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {variant:9s} {row['median_ms']:9.1f} {ratio} {iqr:>13s} {per_round:>22s} "
                   f"{row['first_call']['cpu']:10.1f}")
         print(f"  dynamo during the timed iterations (per round): {record['dynamo_during_timed_iterations']}")
-    write_results(args.json, {"models": results, "settings": vars(args) | {"json": str(args.json)},
+    write_results(args.json, {"models": results, "settings": vars(args) | {"json": recorded_path(args.json)},
                               "commit": source_commit(), "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                               "machine": machine_description(torch_compile={"backend": args.backend, "fallback_random": True, "dynamic": False})})
     return 0

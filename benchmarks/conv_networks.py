@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from harness import DSPRITES_IMAGES, SHAPE, Step, dsprites_images, floor_loop, plain_loop
 from overhead import decomposition_workload, parted_workload
-from reporting import machine_description, write_results
+from reporting import machine_description, recorded_path, write_results
 from torch import nn
 
 DEFAULT_JSON = Path(__file__).parent / "records" / "conv_networks.json"
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f", paired ratio to contiguous {row['paired_ratio_to_contiguous'][variant]['median']:.3f}" if variant != "contiguous" else "")
                   + (f", to the authors' iteration {to_authors['median']:.3f}" if to_authors else "")
                   + f" ({args.pairs} pairs, CPU time)")
-    write_results(args.json, {"models": results, "settings": vars(args) | {"json": str(args.json)},
+    write_results(args.json, {"models": results, "settings": vars(args) | {"json": recorded_path(args.json)},
                               "machine": machine_description()})
     return 0
 

@@ -29,7 +29,7 @@ from dsprites_render import time_render
 from harness import Workload, add_timing_arguments, dsprites_images, measure, paired_ratio, print_table, summarise
 from overhead import vae_floor
 from pyro.infer import TraceMeanField_ELBO
-from reporting import machine_description, write_results
+from reporting import machine_description, recorded_path, write_results
 
 from ppl_vae.models import VAE
 from ppl_vae.nn import ConvDecoder, ConvEncoder
@@ -76,7 +76,7 @@ def main() -> None:
     payload = {
         "render": render,
         "throughput": rows,
-        "settings": vars(args) | {"json": str(args.json)},
+        "settings": vars(args) | {"json": recorded_path(args.json)},
         "machine": machine_description(),
     }
     print()

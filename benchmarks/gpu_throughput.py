@@ -47,7 +47,7 @@ from harness import (
     time_steps,
 )
 from overhead import decomposition_workload, parted_workload
-from reporting import machine_description, write_results
+from reporting import machine_description, recorded_path, write_results
 
 from ppl_vae.data import DSprites
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     round_to_training_steps(parser, args)
     if args.device == "cpu":
         torch.set_num_threads(1)
-    payload = {"settings": vars(args) | {"json": str(args.json)}, "machine": machine("cpu"), "rows": []}
+    payload = {"settings": vars(args) | {"json": recorded_path(args.json)}, "machine": machine("cpu"), "rows": []}
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device available: gpu_throughput measures nothing on this machine (run it where torch sees a GPU)")
         payload["cuda_available"] = False

@@ -64,7 +64,7 @@ from harness import (
     summarise,
     take_step,
 )
-from reporting import machine_description, write_results
+from reporting import machine_description, recorded_path, write_results
 from torch import nn
 from torch.distributions import Categorical, Normal, kl_divergence
 from torch.nn import functional as F
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in results.items():
         print_table(f"{name} (batch {result['batch_sizes']})", result["loops"])
     print()
-    write_results(args.json, {"models": results, "settings": vars(args) | {"json": str(args.json)},
+    write_results(args.json, {"models": results, "settings": vars(args) | {"json": recorded_path(args.json)},
                               "machine": machine_description()})
     return 0
 

@@ -49,7 +49,7 @@ from harness import (
     summarise,
 )
 from overhead import decomposition_workload, parted_workload
-from reporting import machine_description, write_results
+from reporting import machine_description, recorded_path, write_results
 from torch import nn
 
 from ppl_vae.metrics import clustering_accuracy
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "models": results,
         "quality": {"steps": args.quality_steps, **quality},
-        "settings": vars(args) | {"json": str(args.json)},
+        "settings": vars(args) | {"json": recorded_path(args.json)},
         "machine": machine_description(cpu_bf16_flags=cpu_bf16_flags()),
     }
     print()

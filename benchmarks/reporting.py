@@ -24,6 +24,17 @@ def machine_description(**extra: Any) -> dict[str, Any]:
     }
 
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def recorded_path(path: str | os.PathLike) -> str:
+    """``path`` as a record stores it: relative to the repository when it lies inside it
+    (``benchmarks/records/overhead.json``), else its file name alone, so that a committed
+    record names no folder of the machine that wrote it."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPOSITORY)) if resolved.is_relative_to(REPOSITORY) else resolved.name
+
+
 def write_results(path: str | os.PathLike, payload: dict[str, Any]) -> None:
     """``payload`` as indented JSON at ``path`` (folders created), then ``wrote PATH``."""
     path = Path(path)

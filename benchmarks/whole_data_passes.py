@@ -43,7 +43,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import factor_score_memory  # noqa: E402
-from reporting import machine_description, write_results  # noqa: E402
+from reporting import machine_description, recorded_path, write_results  # noqa: E402
 
 from ppl_vae.distributions import IsotropicGaussianPrior  # noqa: E402
 from ppl_vae.infer.decomposition import DecompositionELBO  # noqa: E402
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "factor_score": factor_rows,
         "inclusive_kl": kl_rows,
-        "settings": vars(args) | {"json": str(args.json), "chunk_size": chunk_size},
+        "settings": vars(args) | {"json": recorded_path(args.json), "chunk_size": chunk_size},
         "machine": machine_description(torch_threads=1),
     }
     print()
