@@ -72,6 +72,16 @@ class Progress:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=self.stream, flush=True)
 
 
+def someone_is_watching() -> bool:
+    """Whether a person sees this process's output as it comes: stdout or stderr is a terminal,
+    or the code runs in a Jupyter kernel (IPython's shell has a ``kernel``). ``False`` in a pipe,
+    a log file or CI, where progress redraws would only fill the log."""
+    if _is_terminal(sys.stdout) or _is_terminal(sys.stderr):
+        return True
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return get_ipython is not None and hasattr(get_ipython(), "kernel")
+
+
 def _is_terminal(stream: TextIO) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty is not None and isatty())

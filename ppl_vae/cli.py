@@ -32,6 +32,7 @@ from types import ModuleType
 from typing import Any
 
 from ppl_vae._files import check_stays_within, read_json, write_atomically
+from ppl_vae._progress import someone_is_watching
 from ppl_vae._validation import THREADS_ENV, threads_from_environment
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import (
@@ -196,8 +197,9 @@ def _demo(args: argparse.Namespace) -> int:
     train_recipe = _engine(args).train_recipe
     out = Path(args.out) if args.out else _default_run_dir("demo")
     summary = {}
+    progress = someone_is_watching() if args.progress is None else args.progress
     for recipe in recipes:
-        config = with_overrides(recipe.demo(), {"train.progress_bar": bool(args.progress)})
+        config = with_overrides(recipe.demo(), {"train.progress_bar": progress})
         print(f"[demo] {recipe.name}: {recipe.description}", flush=True)
         start = time.perf_counter()
         figures = train_recipe(recipe, config, out / recipe.name, overwrite=args.overwrite)
@@ -349,7 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", help="output folder (default runs/demo-TIMESTAMP)")
     demo.add_argument("--models", help="comma-separated subset of models")
     demo.add_argument("--overwrite", action="store_true")
-    demo.add_argument("--progress", action="store_true", help="show progress bars")
+    demo.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="show the training bars (default: where a person watches, a terminal or a Jupyter kernel; "
+             "not in pipes, log files or CI)",
+    )
     demo.set_defaults(handler=_demo)
 
     listing = sub.add_parser("list", help="list the models")

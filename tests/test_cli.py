@@ -99,3 +99,38 @@ def test_a_failed_start_on_the_command_line_leaves_nothing_and_the_retry_trains(
     capsys.readouterr()
     assert main(["train", "vae", "--run-dir", str(run), *TINY, "--device", "cpu"]) == 0
     assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+class _Terminal:
+    """A stream that says it is a terminal, as a person's shell is."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def isatty(self) -> bool:
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+@pytest.mark.parametrize(
+    "watched, options, shown",
+    [("terminal", [], True), ("jupyter", [], True), ("pipe", [], False), ("pipe", ["--progress"], True),
+     ("terminal", ["--no-progress"], False)],
+)
+def test_the_demo_shows_progress_where_a_person_watches(tmp_path, monkeypatch, watched, options, shown):
+    import sys
+    import types
+
+    from ppl_vae.recipes import base
+
+    bars = []
+    monkeypatch.setattr(base, "train_recipe", lambda recipe, config, run_dir, **_: bars.append(config.train.progress_bar) or {})
+    if watched == "terminal":
+        monkeypatch.setattr(sys, "stdout", _Terminal(sys.stdout))
+    if watched == "jupyter":
+        kernel_shell = types.SimpleNamespace(kernel=object())
+        monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel_shell))
+    assert main(["demo", "--models", "vae,parted", "--out", str(tmp_path / "demo"), *options]) == 0
+    assert bars == [shown, shown]
