@@ -255,7 +255,7 @@ def test_bad_training_input_names_the_argument(data):
         fit(small_vae(), TraceMeanField_ELBO(), data, steps=0, progress_bar=False)
     with pytest.raises(ValueError, match="NaN"):
         fit(small_vae(), TraceMeanField_ELBO(), {"x": torch.full((8, 8), float("nan"))}, steps=1, progress_bar=False)
-    with pytest.raises(TypeError, match="unknown training settings"):
+    with pytest.raises(TypeError, match="unknown training setting 'stepz'; did you mean 'steps'"):
         fit(small_vae(), TraceMeanField_ELBO(), data, stepz=3)
     with pytest.raises(ValueError, match="cuda"):
         if torch.cuda.is_available():
