@@ -386,18 +386,20 @@ class _NewRunFiles:
 
     :meth:`write` makes the folders, removes what a killed process left, the earlier run's
     checkpoints, TensorBoard events and ``metrics.csv``, then writes ``config.json``.
-    :meth:`remove` removes every file and folder that :meth:`write` (or training since) created
-    where nothing was before, the run folder and its parents included when they did not
-    exist, and leaves everything that existed: a start that fails before its first iteration
-    leaves the folder as it found it, and a retry (``--device cpu``) starts afresh.
+    :meth:`remove` removes the run's files and folders (``config.json``, ``metrics.csv``,
+    ``metrics.json``, ``checkpoints/``, ``pictures/``, ``tensorboard/``) that did not exist
+    before, then the run folder and its parents that did not exist, where they are left empty;
+    everything else stays: a start that fails before its first iteration leaves the folder as
+    it found it, and a retry (``--device cpu``) starts afresh.
 
     :param run: the run directory (not created yet).
     """
 
     def __init__(self, run: RunDirectory) -> None:
         self.run = run
-        self.created_root = next((folder for folder in [*reversed(run.path.parents), run.path] if not folder.exists()), None)
-        self.existing = set(run.path.iterdir()) if self.created_root is None else set()
+        self.missing_folders = [folder for folder in [*reversed(run.path.parents), run.path] if not folder.exists()]
+        entries = (run.config_path, run.metrics_csv, run.metrics_path, run.checkpoints, run.pictures, run.tensorboard)
+        self.missing_entries = [entry for entry in entries if not entry.exists() and not entry.is_symlink()]
 
     def write(self, config: TrainConfig, extra_config: Mapping[str, Any] | None) -> None:
         run = self.run
@@ -409,14 +411,17 @@ class _NewRunFiles:
         write_metrics_table(run.metrics_csv, [])
 
     def remove(self) -> None:
-        if self.created_root is not None:
-            shutil.rmtree(self.created_root, ignore_errors=True)
-            return
-        for path in set(self.run.path.iterdir()) - self.existing:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+        self.run.remove_temporary_files()
+        for entry in self.missing_entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
             else:
-                path.unlink(missing_ok=True)
+                entry.unlink(missing_ok=True)
+        for folder in reversed(self.missing_folders):
+            try:
+                folder.rmdir()
+            except OSError:  # it holds what this start did not make
+                break
 
 
 class _ResumedRunFiles(L.Callback):
