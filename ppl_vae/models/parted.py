@@ -154,6 +154,10 @@ class PartedVAE(PyroModule):
         self.likelihood_scale = likelihood_scale
         self.temperature = float(temperature)
         self.sharpness = sharpness if sharpness is not None else LinearSchedule.from_rate(1.0, 2e-4, 8.0)
+        # The last step the guide was trained at (-1: none in this process), so that evaluation
+        # gates at k(trained step) rather than the schedule's end value. Not persistent: older
+        # checkpoints load unchanged, and a model loaded from one falls back to the end value.
+        self.register_buffer("trained_step", torch.tensor(-1, dtype=torch.long), persistent=False)
         self.data_size = data_size
 
     @classmethod
@@ -264,11 +268,15 @@ class PartedVAE(PyroModule):
         return tuple(ClassVariable(f"c{i}", f"u{i}", f"class_priors.{i}") for i in range(self.num_variables))
 
     def sharpness_at(self, step: int | torch.Tensor | None) -> float | torch.Tensor:
-        """k at training step ``step`` (an int >= 0 or a 0-dim tensor); the schedule's end
-        value for ``None`` (a trained model).
+        """k at training step ``step`` (an int >= 0 or a 0-dim tensor); for ``None`` (a trained
+        model) k at the last step the guide was trained at in this process
+        (:attr:`trained_step`), or the schedule's end value when it has not been trained here.
 
         :param step: the training step, or ``None``."""
-        return self.sharpness.end if step is None else self.sharpness(step)
+        if step is not None:
+            return self.sharpness(step)
+        trained = int(self.trained_step)
+        return self.sharpness.end if trained < 0 else self.sharpness(trained)
 
     def check_labels(self, y: torch.Tensor, batch_size: int) -> torch.Tensor:
         """Labels as an int64 ``(B, V)`` tensor; ``y`` is ``(B,)`` for one variable or ``(B, V)``.
@@ -371,6 +379,8 @@ class PartedVAE(PyroModule):
         h = self.encoder(x)
         z_loc, z_scale = self.z_head(h)
         sharpness = self.sharpness_at(step)
+        if step is not None and self.training:
+            self.trained_step.fill_(step)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             latents = [pyro.sample("z", dist.Normal(z_loc, z_scale).to_event(1))]
             for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):
@@ -406,15 +416,16 @@ class PartedVAE(PyroModule):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """The representation ``[z, u_1, ..., u_V] (B, latent_dim)``: means of q(z | x) and of
-        q(u_i | c_i, x) at the most probable class c_i and the final sharpness (the authors'
-        evaluation; the Factor score uses it).
+        q(u_i | c_i, x) at the most probable class c_i and the sharpness of the step trained to
+        (:meth:`sharpness_at` ``(None)``; the Factor score uses it).
 
         :param x: ``(B, *event)`` observations."""
         h = self.encoder(x)
+        sharpness = self.sharpness_at(None)
         means = [self.z_head(h)[0]]
         for i, (class_head, gate, u_head) in enumerate(zip(self.class_heads, self.attention, self.u_heads, strict=True)):
             c = F.one_hot(class_head(h).argmax(-1), self.num_classes[i]).to(h.dtype)
-            means.append(u_head(h * gate(c, self.sharpness.end))[0])
+            means.append(u_head(h * gate(c, sharpness))[0])
         return torch.cat(means, dim=-1)
 
     def split_latent(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -83,13 +83,28 @@ def test_attention_sharpness_follows_the_step_argument_and_is_final_without_one(
 def test_the_guide_gates_u_with_the_sharpness_of_its_step():
     model, x = small_model(sharpness=LinearSchedule.from_rate(1.0, 2e-4, 8.0)), images()
     u_loc = {}
-    for step in (0, 10_000, None):
+    for step in (None, 0, 10_000):  # None first: an untrained model gates at the end value
         pyro.set_rng_seed(0)
         trace = poutine.trace(model.guide).get_trace(x, step=step)
         u_loc[step] = trace.nodes["u0"]["fn"].base_dist.loc
+    model = small_model(sharpness=LinearSchedule.from_rate(1.0, 2e-4, 8.0))
     pyro.set_rng_seed(0)
     assert torch.equal(poutine.trace(model.guide).get_trace(x).nodes["u0"]["fn"].base_dist.loc, u_loc[None])
     assert not torch.allclose(u_loc[0], u_loc[10_000]) and not torch.allclose(u_loc[10_000], u_loc[None])
+
+
+def test_evaluation_uses_the_sharpness_of_the_step_the_guide_was_trained_to():
+    model, x = small_model(sharpness=LinearSchedule.from_rate(1.0, 2e-4, 8.0)), images()
+    assert model.sharpness_at(None) == 8.0  # never trained here: the schedule's end value
+    model.guide(x, step=25_000)  # training at step 25,000: k = 1 + 2e-4 * 25,000 = 6
+    model.eval()
+    model.guide(x, step=30_000)  # an evaluation-mode call with a step does not move it
+    assert model.sharpness_at(None) == pytest.approx(6.0)
+    h = model.encoder(x)
+    c = torch.nn.functional.one_hot(model.class_heads[0](h).argmax(-1), 3).float()
+    expected = model.u_heads[0](h * model.attention[0](c, 6.0))[0]
+    assert torch.allclose(model.encode(x)[:, 2:4], expected)
+    assert "trained_step" not in model.state_dict()  # older checkpoints load unchanged
 
 
 def test_encode_is_the_deterministic_representation_at_the_most_probable_class():
