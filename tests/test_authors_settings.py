@@ -1,6 +1,8 @@
 """The authors' settings as options: each reaches the model or the optimiser it names, the
 presets switch them on, bad values are refused naming the setting, and the command line's
 ``--set`` reaches them."""
+import math
+
 import pytest
 import torch
 
@@ -10,7 +12,7 @@ from ppl_vae.recipes import base as recipes_base
 from ppl_vae.recipes.configs import DecompositionConfig, PartedConfig
 from ppl_vae.recipes.decomposition import authors_settings as decomposition_authors
 from ppl_vae.recipes.decomposition import build_untrained as decomposition_model
-from ppl_vae.recipes.parted import authors_lr_plateau, build_model, mnist_config
+from ppl_vae.recipes.parted import MNIST_AUTHORS_EPOCH_STEPS, authors_lr_plateau, build_model, mnist_config
 from ppl_vae.recipes.parted import authors_settings as parted_authors
 from ppl_vae.train import LRPlateau
 
@@ -40,6 +42,14 @@ def test_parted_authors_settings_switch_on_their_networks_initialisation_and_sch
     assert mnist.train.lr_plateau["elbo"].patience == 2
     assert (mnist.train.lr_plateau["classifier"].patience, mnist.train.lr_plateau["classifier"].cooldown) == (2, 3)
     assert set(authors_lr_plateau("dsprites", supervised=False)) == {"elbo"}
+
+
+def test_mnist_plateau_epoch_is_the_authors_938_steps_not_a_pass_over_our_smaller_pool():
+    mnist = parted_authors(mnist_config())
+    assert MNIST_AUTHORS_EPOCH_STEPS == math.ceil(60_000 / 64) == 938
+    assert {name: p.every_n_steps for name, p in mnist.train.lr_plateau.items()} == {"elbo": 938, "classifier": 938}
+    dsprites = parted_authors(PartedConfig(label_fraction=0.005))
+    assert all(p.every_n_steps is None for p in dsprites.train.lr_plateau.values())  # an epoch: one pass
 
 
 def test_student_t_degrees_of_freedom_reach_the_prior():

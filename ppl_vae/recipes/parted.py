@@ -76,22 +76,33 @@ def mnist_config(**overrides: Any) -> PartedConfig:
     return PartedConfig(**{**settings, **overrides})
 
 
-def authors_lr_plateau(dataset: str, supervised: bool) -> dict[str, LRPlateau]:
-    """The authors' learning-rate schedules: after every epoch (one pass over the unlabelled
-    images) each rate is halved when its step's mean loss over the epoch (the ELBO step's
-    total loss; the classifier step's cross-entropy) has not fallen by a relative 1% (ELBO)
-    or 10% (classifier) below its best for more than ``patience`` epochs (1 on dSprites, 2
-    otherwise), followed by a cooldown of 4 (ELBO) or 2 (classifier; 3 off dSprites) epochs.
+#: The authors' MNIST epoch in steps: one pass over their 60,000 training images in batches of
+#: 64 (ceil(60,000 / 64)); our pool is smaller, so a pass over it would be a shorter "epoch".
+MNIST_AUTHORS_EPOCH_STEPS = 938
+
+
+def authors_lr_plateau(dataset: str, supervised: bool, epoch_steps: int | None = None) -> dict[str, LRPlateau]:
+    """The authors' learning-rate schedules: after every epoch each rate is halved when its
+    step's mean loss over the epoch (the ELBO step's total loss; the classifier step's
+    cross-entropy) has not fallen by a relative 1% (ELBO) or 10% (classifier) below its best
+    for more than ``patience`` epochs (1 on dSprites, 2 otherwise), followed by a cooldown of
+    4 (ELBO) or 2 (classifier; 3 off dSprites) epochs.
 
     :param dataset: "dsprites" or "mnist".
     :param supervised: whether the run takes the classifier step (its schedule is added then).
+    :param epoch_steps: steps per epoch; ``None``: one pass over the unlabelled images
+        (:attr:`LRPlateau.every_n_steps`). On MNIST the authors' epoch is
+        :data:`MNIST_AUTHORS_EPOCH_STEPS`.
     """
     dsprites = dataset == "dsprites"
     patience = 1 if dsprites else 2
-    schedules = {"elbo": LRPlateau(factor=0.5, patience=patience, threshold=1e-2, cooldown=4, eps=1e-7)}
+    schedules = {
+        "elbo": LRPlateau(every_n_steps=epoch_steps, factor=0.5, patience=patience, threshold=1e-2, cooldown=4, eps=1e-7)
+    }
     if supervised:
         schedules["classifier"] = LRPlateau(
-            factor=0.5, patience=patience, threshold=1e-1, cooldown=2 if dsprites else 3, eps=1e-6
+            every_n_steps=epoch_steps, factor=0.5, patience=patience, threshold=1e-1,
+            cooldown=2 if dsprites else 3, eps=1e-6,
         )
     return schedules
 
@@ -100,11 +111,12 @@ def authors_settings(config: PartedConfig) -> PartedConfig:
     """``config`` with the authors' networks and optimisation switched on: the convolutional
     pair with 256 hidden units (on 32x32 images for MNIST), LeakyReLU(0.1) after the encoder's
     last convolution and linear layer, class-prior log-variance parameters drawn from N(0, 1),
-    Adam at 5e-4 with batches of 64, and :func:`authors_lr_plateau`. Data sizes, weights,
-    capacities and the number of steps are left as they are."""
-    train = dataclasses.replace(
-        config.train, lr=5e-4, batch_size=64, lr_plateau=authors_lr_plateau(config.dataset, config.supervised)
-    )
+    Adam at 5e-4 with batches of 64, and :func:`authors_lr_plateau` (on MNIST with the
+    authors' epoch of :data:`MNIST_AUTHORS_EPOCH_STEPS` steps, whatever our pool's size). Data
+    sizes, weights, capacities and the number of steps are left as they are."""
+    epoch_steps = MNIST_AUTHORS_EPOCH_STEPS if config.dataset == "mnist" else None
+    plateau = authors_lr_plateau(config.dataset, config.supervised, epoch_steps)
+    train = dataclasses.replace(config.train, lr=5e-4, batch_size=64, lr_plateau=plateau)
     return dataclasses.replace(
         config, network="conv", hidden=256, image_size=32 if config.dataset == "mnist" else None,
         top_activation="leaky_relu", negative_slope=0.1, class_prior_init="randn", train=train,

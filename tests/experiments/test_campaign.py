@@ -267,3 +267,16 @@ def test_figures_are_drawn_from_records_and_check_fails_when_the_records_change(
 def test_the_figures_in_the_docs_are_the_ones_the_committed_records_give():
     checked = run([sys.executable, str(FIGURES), "--check"])
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_mnist_rerun_plateaus_per_authors_epoch_of_938_steps_and_can_reach_their_80_epochs(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import campaign as manifest
+
+    runs = [run for run in manifest.read_manifest(manifest.MANIFEST) if run.experiment == "parted-mnist-authors-epoch"]
+    assert [run.seed for run in runs] == [0, 1, 2]
+    config = manifest.run_config(runs[0], "cpu")
+    assert {name: p.every_n_steps for name, p in config.train.lr_plateau.items()} == {"elbo": 938, "classifier": 938}
+    assert config.train.steps == 80 * 938 and runs[0].curve_every == 938
+    assert runs[0].patience * runs[0].curve_every >= config.train.steps  # no early stop before the authors' length
+    assert (config.top_activation, config.negative_slope, config.class_prior_init) == ("leaky_relu", 0.1, "randn")
