@@ -14,6 +14,8 @@ Disentanglement, each from ``encode(images) -> (n, D)`` and a factor data set
 
 Others:
 
+- :func:`student_t_to_normal`, :class:`StudentTToNormal`: the Decomposition VAE authors' map
+  of Student-t codes to the normal scale before scoring.
 - :func:`hoyer_sparsity`: Hoyer sparsity of std-normalised representations (Decomposition VAE).
 - :func:`classification_accuracy`, :func:`clustering_accuracy`: accuracy of q(c|x), the latter
   under the best matching of cluster ids to labels.
@@ -26,12 +28,15 @@ from ppl_vae.metrics.beta_vae import BetaVAEResult, beta_vae_score
 from ppl_vae.metrics.dci import DCIModel, DCIResult, dci
 from ppl_vae.metrics.disentanglement import disentanglement_scores, factor_scores
 from ppl_vae.metrics.factor_score import Encode, FactorDataset, FactorScoreResult, factor_score
+from ppl_vae.metrics.mapping import StudentTToNormal, student_t_to_normal
 from ppl_vae.metrics.mig import MIGResult, mig
 from ppl_vae.metrics.sap import SAPResult, sap_score
 from ppl_vae.metrics.silhouette import silhouette
 from ppl_vae.metrics.sparsity import hoyer_sparsity
 
 __all__ = [
+    "StudentTToNormal",
+    "student_t_to_normal",
     "aggregate_posterior_mismatch",
     "BetaVAEResult",
     "DCIModel",
