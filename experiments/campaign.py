@@ -257,12 +257,17 @@ class DSpritesScoring:
     the parted one, MIG, SAP, DCI and the beta-VAE metric
     (:func:`ppl_vae.metrics.disentanglement_scores` at ``votes``), and for a model with a class
     variable the accuracy of q(c|x) on the shape factor of 10,000 fresh images (plain accuracy
-    and clustering accuracy). The run is done at its last step."""
+    and clustering accuracy). A model with a Student-t prior also gets ``factor_score_cdf``: the
+    standard Factor score of its codes mapped to the normal scale as the Decomposition VAE
+    authors score them (:class:`ppl_vae.metrics.StudentTToNormal` with the prior's df). The run
+    is done at its last step."""
 
     def __init__(self, run: Run, config: Any) -> None:
         from ppl_vae.data.dsprites import DSprites
 
         self.run, self.source = run, DSprites()
+        #: the Student-t prior's degrees of freedom, or None for another prior.
+        self.student_t_df = float(config.df) if getattr(config, "prior", None) == "student-t" else None
 
     def curve(self) -> Any:
         from ppl_vae.metrics import factor_scores
@@ -277,11 +282,21 @@ class DSpritesScoring:
     def score(self, model: Any) -> dict[str, float]:
         import torch
 
-        from ppl_vae.metrics import classification_accuracy, clustering_accuracy, disentanglement_scores, factor_score
+        from ppl_vae.metrics import (
+            StudentTToNormal,
+            classification_accuracy,
+            clustering_accuracy,
+            disentanglement_scores,
+            factor_score,
+        )
 
         run, source, votes = self.run, self.source, self.run.votes
-        scores = {"factor_score": factor_score(model.encode, source, n_train=votes, n_eval=max(votes // 2, 1),
-                                               n_variance=max(2 * votes, 1000), seed=run.seed, progress=False).score}
+        standard = {"n_train": votes, "n_eval": max(votes // 2, 1), "n_variance": max(2 * votes, 1000), "seed": run.seed,
+                    "progress": False}
+        scores = {"factor_score": factor_score(model.encode, source, **standard).score}
+        if self.student_t_df is not None:
+            scores["factor_score_cdf"] = factor_score(StudentTToNormal(model.encode, self.student_t_df), source,
+                                                      **standard).score
         scores.update(disentanglement_scores(model.encode, source, votes=votes, seed=run.seed, progress=False))
         if hasattr(model, "classify"):
             generator = torch.Generator().manual_seed(run.seed + 20_000)

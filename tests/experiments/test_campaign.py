@@ -280,3 +280,19 @@ def test_the_mnist_rerun_plateaus_per_authors_epoch_of_938_steps_and_can_reach_t
     assert config.train.steps == 80 * 938 and runs[0].curve_every == 938
     assert runs[0].patience * runs[0].curve_every >= config.train.steps  # no early stop before the authors' length
     assert (config.top_activation, config.negative_slope, config.class_prior_init) == ("leaky_relu", 0.1, "randn")
+
+
+def test_student_t_runs_at_the_paper_settings_sweep_df_9_and_3_and_are_scored_after_the_authors_cdf_map(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import campaign as manifest
+
+    runs = [run for run in manifest.read_manifest(manifest.MANIFEST) if run.experiment.endswith("-paper")]
+    configs = {(run.experiment, run.seed): manifest.run_config(run, "cpu") for run in runs}
+    assert sorted({config.df for config in configs.values()}) == [3.0, 9.0]
+    assert all(seed in {0, 1} for _, seed in configs) and len(configs) == 4  # two seeds per df
+    assert {(c.train.lr, c.train.batch_size, c.prior) for c in configs.values()} == {(1e-4, 256, "student-t")}
+    by_name = {run.experiment: run for run in manifest.read_manifest(manifest.MANIFEST)}
+    df9 = by_name["decomposition-dsprites-student-t-df9-paper"]
+    assert manifest.DSpritesScoring(df9, manifest.run_config(df9, "cpu")).student_t_df == 9.0
+    isotropic = by_name["decomposition-dsprites-isotropic"]
+    assert manifest.DSpritesScoring(isotropic, manifest.run_config(isotropic, "cpu")).student_t_df is None
