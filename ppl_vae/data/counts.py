@@ -107,16 +107,16 @@ def contrastive_tensors(
 ) -> dict[str, torch.Tensor]:
     """Check and convert a target and a background table for :class:`~ppl_vae.models.contrastive.ContrastiveVAE`.
 
-    :param target: ``(N, F)`` numbers: numpy array, torch tensor (dense or sparse), scipy
-        sparse matrix or AnnData (its ``.X``, or ``.layers[layer]``; AnnData is read by duck
-        typing, never imported). Sparse tables are checked while sparse and made dense only
-        when they fit ``DENSE_BUDGET_BYTES`` as float32.
-
     Two conversions are deliberate: a torch sparse tensor (COO, CSR, ...) is made dense (within
     ``DENSE_BUDGET_BYTES``) and checked as the dense table; a bfloat16 or float16 table is
     widened to float32, which holds each of its values exactly. Such a table's counts were
     already rounded when it was made (bfloat16 holds the integers up to 256 exactly, float16
     those up to 2048): keep count tables in an integer or float32 dtype.
+
+    :param target: ``(N, F)`` numbers: numpy array, torch tensor (dense or sparse), scipy
+        sparse matrix or AnnData (its ``.X``, or ``.layers[layer]``; AnnData is read by duck
+        typing, never imported). Sparse tables are checked while sparse and made dense only
+        when they fit ``DENSE_BUDGET_BYTES`` as float32.
     :param background: ``(M, F)`` in the same form, with the same features (same ``var_names``
         when both are AnnData).
     :param counts: also require non-negative integer values (for the count likelihoods).

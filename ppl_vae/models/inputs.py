@@ -18,6 +18,8 @@ from torch import nn
 
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder
 
+__all__ = ["ModelInputError", "check_batch", "check_decoder_size", "decoder_input_size", "encoder_input_shape"]
+
 
 class ModelInputError(ValueError):
     """A model's argument that does not fit the model: one line naming the argument, also when
@@ -34,7 +36,9 @@ def encoder_input_shape(encoder: nn.Module) -> tuple[int, ...] | int | None:
     """What one point must be for a network of :mod:`ppl_vae.nn`: the shape ``(C, S, S)`` for a
     :class:`~ppl_vae.nn.ConvEncoder`; the number of features ``F`` for an
     :class:`~ppl_vae.nn.MLP`, which flattens a point of any shape of ``F`` elements; ``None`` for
-    another network (its input is unknown)."""
+    another network (its input is unknown).
+
+    :param encoder: the model's encoder network."""
     if isinstance(encoder, ConvEncoder):
         return (encoder.channels, encoder.image_size, encoder.image_size)
     if isinstance(encoder, MLP):
@@ -46,7 +50,9 @@ def decoder_input_size(decoder: nn.Module) -> int | None:
     """The latent size a network of :mod:`ppl_vae.nn` decodes: a
     :class:`~ppl_vae.nn.ConvDecoder`'s ``latent_dim``, the input width of an
     :class:`~ppl_vae.nn.MLP` or of :func:`~ppl_vae.nn.mlp_decoder` (an ``nn.Sequential`` that
-    starts with one); ``None`` for another network."""
+    starts with one); ``None`` for another network.
+
+    :param decoder: the model's decoder network."""
     if isinstance(decoder, ConvDecoder):
         return decoder.latent_dim
     if isinstance(decoder, nn.Sequential) and len(decoder) > 0 and not isinstance(decoder, MLP):
@@ -60,6 +66,9 @@ def check_decoder_size(decoder: nn.Module, latent_size: int, what: str = "latent
     """Refuse a library decoder whose input width is not ``latent_size`` (at construction, where
     torch would otherwise fail at the first batch with ``mat1 and mat2 shapes cannot be multiplied``).
 
+    :param decoder: the model's decoder network.
+    :param latent_size: the number of latent features the model feeds it.
+    :param what: how the model's arguments name that size, for the message.
     :raises ValueError: naming the decoder's width and ``what`` (``"latent_dim"``, ``"z_dim + u_dims"``).
     """
     size = decoder_input_size(decoder)
@@ -75,6 +84,8 @@ def check_batch(name: str, data: object, event: tuple[int, ...] | int | None = N
     without it and checks its data once before training).
 
     :param name: the argument's name, e.g. ``"x"``.
+    :param data: the argument's value: ``(B, *event)``.
+    :param event: one point's shape, its number of features, or ``None`` when unknown.
     :raises ModelInputError: ``"{name} must ..., got ..."``, one line.
     """
     if not isinstance(data, torch.Tensor):

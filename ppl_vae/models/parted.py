@@ -270,7 +270,7 @@ class PartedVAE(PyroModule):
     def sharpness_at(self, step: int | torch.Tensor | None) -> float | torch.Tensor:
         """k at training step ``step`` (an int >= 0 or a 0-dim tensor); for ``None`` (a trained
         model) k at the last step the guide was trained at in this process
-        (:attr:`trained_step`), or the schedule's end value when it has not been trained here.
+        (the buffer ``trained_step``), or the schedule's end value when it has not been trained here.
 
         :param step: the training step, or ``None``."""
         if step is not None:
