@@ -2,7 +2,9 @@
 
 Subpackages: :mod:`ppl_vae.data`, :mod:`ppl_vae.nn`, :mod:`ppl_vae.distributions`,
 :mod:`ppl_vae.models`, :mod:`ppl_vae.infer`, :mod:`ppl_vae.metrics`, :mod:`ppl_vae.train`
-(the only one that imports Lightning; ``ppl_vae.fit`` loads it on first use).
+(the only one that imports Lightning; ``ppl_vae.fit`` loads it on first use). Beneath models and
+objectives alike: :mod:`ppl_vae.schedules` (quantities that change with the training step) and
+:mod:`ppl_vae.variables` (what a model declares about its latent variables).
 ``ppl_vae.load_run(run_dir)`` reloads a trained run (:mod:`ppl_vae.runs`).
 """
 from __future__ import annotations

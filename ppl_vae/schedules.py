@@ -14,6 +14,10 @@ is kept between calls::
 A step given as a tensor gives a tensor value, so a loss computed from schedules can be
 compiled once and fed a new step every iteration.
 
+This module needs only torch: it sits below both :mod:`ppl_vae.models` (PartedVAE's guide
+follows a schedule) and :mod:`ppl_vae.infer` (capacity terms), which import it and not each
+other. :mod:`ppl_vae.infer` re-exports its classes.
+
 - :class:`LinearSchedule`: a straight line from ``start`` to ``end`` over ``num_steps``
   steps, constant afterwards, in either direction (a growing attention sharpness, a
   falling temperature).

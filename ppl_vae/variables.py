@@ -1,4 +1,8 @@
-"""What a model declares about its variables for the objectives' terms to read by name."""
+"""What a model declares about its variables for the objectives' terms to read by name.
+
+Plain data, below both :mod:`ppl_vae.models` (which declare variables) and
+:mod:`ppl_vae.infer` (whose terms read them), so neither package imports the other for it.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple

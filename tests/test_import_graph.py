@@ -1,5 +1,6 @@
 """The modules of ppl_vae import one another in an order that only goes down: no cycle, lazy
-(function-level) imports included; models do not depend on the objectives' terms."""
+(function-level) imports and the package ``__init__`` each import runs included, neither between
+modules nor between subpackages; models do not depend on the objectives' terms."""
 from __future__ import annotations
 
 import ast
@@ -27,9 +28,21 @@ def _type_checking_blocks(tree: ast.AST) -> set[int]:
     return skipped
 
 
+def _packages_loaded_with(target: str, importer: str) -> set[str]:
+    """The packages whose ``__init__`` importing ``target`` from ``importer`` runs: ``target``'s
+    enclosing packages, less those enclosing ``importer`` (already loaded when it runs)."""
+    parts = target.split(".")
+    enclosing = {".".join(parts[:end]) for end in range(1, len(parts))}
+    importer_parts = importer.split(".")
+    loaded = {".".join(importer_parts[:end]) for end in range(1, len(importer_parts) + 1)}
+    return enclosing - loaded
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module -> the ppl_vae modules it imports anywhere in its code (module level or inside
-    functions), ``from package import name`` resolved to the submodule when ``name`` is one."""
+    functions), ``from package import name`` resolved to the submodule when ``name`` is one,
+    with the package ``__init__`` modules each import runs on the way (importing
+    ``ppl_vae.models.variables`` runs ``ppl_vae.models``)."""
     files = _module_files()
 
     def resolve(name: str) -> str | None:
@@ -53,11 +66,26 @@ def import_graph() -> dict[str, set[str]]:
                 if node.level:
                     parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parent, base] if base else parent)
-                targets.add(base)
                 targets.update(f"{base}.{alias.name}" for alias in node.names)
-        graph[module] = {resolved for t in targets if t.startswith("ppl_vae")
-                         for resolved in [resolve(t)] if resolved and resolved != module}
+        imported = {resolved for t in targets if t.startswith("ppl_vae")
+                    for resolved in [resolve(t)] if resolved and resolved != module}
+        graph[module] = imported.union(*(_packages_loaded_with(t, module) for t in imported))
     return graph
+
+
+def subpackage_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between ppl_vae's subpackages and top-level modules: ``ppl_vae.infer``
+    imports ``ppl_vae.models`` when any module of the one imports any module of the other."""
+
+    def subpackage(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    collapsed: dict[str, set[str]] = {subpackage(module): set() for module in graph}
+    for module, targets in graph.items():
+        collapsed[subpackage(module)].update(subpackage(t) for t in targets)
+    for node, targets in collapsed.items():
+        targets.discard(node)
+    return collapsed
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -97,6 +125,16 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycle_in_ppl_vae_lazy_imports_included():
     assert cycles(import_graph()) == []
+
+
+def test_no_import_cycle_between_subpackages():
+    assert cycles(subpackage_graph(import_graph())) == []
+
+
+def test_importing_a_submodule_runs_the_packages_around_it_not_the_importers_own():
+    assert _packages_loaded_with("ppl_vae.models.vae", "ppl_vae.infer.parted") == {"ppl_vae.models"}
+    assert _packages_loaded_with("ppl_vae.infer.terms", "ppl_vae.infer.parted") == set()
+    assert _packages_loaded_with("ppl_vae.infer.terms", "ppl_vae.infer") == set()
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -6,12 +6,12 @@ import torch
 from pyro.infer import SVI
 from torch import nn
 
-from ppl_vae.infer import schedules
+from ppl_vae import schedules
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.terms import Capacity
 from ppl_vae.models import VAE
 from ppl_vae.nn import MLP, mlp_decoder
+from ppl_vae.schedules import LinearCapacity, LinearSchedule
 
 
 def test_capacity_ramps_linearly_then_stays_at_c_max():

@@ -15,10 +15,10 @@ from ppl_vae.infer.parted import (
     PartedELBO,
     classification_loss,
 )
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_modules, auxiliary_steps
 from ppl_vae.infer.terms import Capacity, Term, TermSites
-from ppl_vae.models.variables import ClassVariable
+from ppl_vae.schedules import LinearCapacity, LinearSchedule
+from ppl_vae.variables import ClassVariable
 
 __all__ = [
     "AggregateClassKL",

@@ -19,7 +19,7 @@ Lightning's optimisers and backward; a notebook or a benchmark calls it directly
         # values: "classifier_loss", "elbo_loss" and the objective's logged terms
 
 The training step is an argument of each call: the ELBO step hands it to the objective, whose
-schedules read it (:mod:`ppl_vae.infer.schedules`).
+schedules read it (:mod:`ppl_vae.schedules`).
 
 The ELBO step hands the steps after it what they take from it as arguments
 (:class:`~ppl_vae.infer.steps.TrainingLoss`): the contrastive VAE's discriminator step is

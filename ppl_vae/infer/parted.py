@@ -37,10 +37,10 @@ from ppl_vae._validation import finite
 from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.infer.terms import Capacity, Term, TermSites, diagonal_normal_parameters
-from ppl_vae.models.variables import ClassVariable
+from ppl_vae.schedules import LinearCapacity, LinearSchedule
+from ppl_vae.variables import ClassVariable
 
 __all__ = [
     "AggregateClassKL",

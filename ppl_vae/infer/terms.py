@@ -53,8 +53,8 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from ppl_vae._validation import finite, site_name
 from ppl_vae.infer.distributed import all_gather
-from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.infer.steps import AuxiliaryStep
+from ppl_vae.schedules import LinearSchedule
 
 __all__ = ["Capacity", "Term", "TermSites"]
 

@@ -43,13 +43,13 @@ from torch.nn import functional as F
 from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite, positive_integer
 from ppl_vae.distributions import ClassConditionalGaussianPrior
-from ppl_vae.infer.schedules import LinearSchedule
 from ppl_vae.models.inputs import ModelInputError, check_batch, check_decoder_size, encoder_input_shape
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, one_draw_per_point, unique_pyro_name
-from ppl_vae.models.variables import ClassVariable
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
 from ppl_vae.nn.attention import AttentionGate
+from ppl_vae.schedules import LinearSchedule
+from ppl_vae.variables import ClassVariable
 
 
 def _as_sizes(value: int | Sequence[int], name: str) -> tuple[int, ...]:

@@ -19,12 +19,12 @@ from ppl_vae._devices import available_device
 from ppl_vae.checks import default_statistics, per_class_mass, posterior_predictive_check
 from ppl_vae.data.dsprites import stratified_label_indices
 from ppl_vae.infer.parted import PartedELBO
-from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.metrics import classification_accuracy, clustering_accuracy, disentanglement_scores, factor_score
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.base import Experiment
 from ppl_vae.recipes.common import TrainingData, load_training_data
 from ppl_vae.recipes.configs import PartedConfig
+from ppl_vae.schedules import LinearCapacity
 from ppl_vae.train import LRPlateau, TrainConfig
 from ppl_vae.viz import save_ppc_plot
 from ppl_vae.viz.parted import save_parted_pictures

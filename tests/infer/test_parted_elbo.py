@@ -11,8 +11,8 @@ from reach import groups_reached as reach_groups
 import ppl_vae
 from ppl_vae.distributions import StudentTPrior
 from ppl_vae.infer.parted import PartedELBO, classification_loss
-from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.models.parted import PartedVAE
+from ppl_vae.schedules import LinearCapacity
 
 EVENT = (12,)
 GROUPS = ("encoder", "z_head", "class_heads", "attention", "u_heads", "class_priors", "decoder")

@@ -10,9 +10,9 @@ from pyro import poutine
 import ppl_vae
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.infer.parted import PartedELBO
-from ppl_vae.infer.schedules import LinearCapacity, LinearSchedule
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.recipes.parted import PartedConfig, labelled_subset
+from ppl_vae.schedules import LinearCapacity, LinearSchedule
 
 EVENT = (1, 8, 8)
 

@@ -28,12 +28,12 @@ from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
 from ppl_vae.infer.distributed import all_gather, global_batch, process_rank, world_size
 from ppl_vae.infer.parted import PartedELBO
-from ppl_vae.infer.schedules import LinearCapacity
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.models.vae import VAE
 from ppl_vae.nn import MLP, mlp_decoder
+from ppl_vae.schedules import LinearCapacity
 
 WORLD = 2
 LOCAL_BATCH = 8
