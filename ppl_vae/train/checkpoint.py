@@ -19,23 +19,34 @@ ppl_vae's checkpoints carry a SHA-256 digest of their weights and optimiser stat
 (``checkpoint["ppl_vae"]["digest"]``, ``tensor_digest``): torch does not check the CRCs of
 the zip file it writes, so a flipped bit would otherwise load as a changed weight.
 :func:`read_checkpoint` verifies the digest and refuses weights that are NaN or infinite.
+
+A checkpoint read for a resume is then checked against the run resuming from it
+(:func:`check_resumable`): its model, objective, architecture, iteration, history and random
+states, and whether its weights and optimiser states load.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import pickle
+import random
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch import nn
 
 from ppl_vae._files import MAX_NESTING, NestingError, write_atomically
+from ppl_vae._validation import shown
+
+if TYPE_CHECKING:
+    from ppl_vae.train.module import SVIModule
 
 DIGESTED = ("state_dict", "optimizer_states")
 """The parts of a checkpoint whose tensors its digest covers."""
@@ -231,3 +242,157 @@ def read_checkpoint(path: str | os.PathLike, weights_only: bool = True) -> dict[
     _check_finite_weights(checkpoint, path)
     _check_digest(checkpoint, path)
     return checkpoint
+
+
+def random_states() -> dict[str, Any]:
+    """The random states, as tensors and plain data (a weights-only checkpoint holds them)."""
+    numpy_state = np.random.get_state(legacy=False)
+    key = torch.from_numpy(numpy_state["state"]["key"].astype(np.int64))
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {**numpy_state, "state": {**numpy_state["state"], "key": key}},
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _numpy_state(saved: Any) -> Any:
+    """numpy's state as :func:`random_states` saved it (the key a tensor), or in the tuple form
+    of older checkpoints, in the form ``numpy.random.set_state`` takes."""
+    if isinstance(saved, dict):
+        key = saved["state"]["key"].numpy().astype(np.uint32)
+        return {**saved, "state": {**saved["state"], "key": key}}
+    return saved
+
+
+def set_random_states(state: dict[str, Any]) -> None:
+    """Restore :func:`random_states`'s states (numpy's also in the tuple form of older checkpoints)."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(_numpy_state(state["numpy"]))
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _check_restorable(state: Any) -> None:
+    """Raise what :func:`set_random_states` would raise for ``state``, by setting it into new
+    generators of torch, numpy and Python (never the process's own)."""
+    torch.Generator().set_state(state["torch"])
+    np.random.RandomState().set_state(_numpy_state(state["numpy"]))
+    random.Random().setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        for index, cuda_state in enumerate(state["cuda"]):
+            torch.Generator(device=f"cuda:{index}").set_state(cuda_state)
+
+
+def architecture(module: nn.Module) -> dict[str, list[int]]:
+    """Parameter and buffer names with their shapes: what a checkpoint must match."""
+    return {name: list(t.shape) for name, t in module.state_dict().items()}
+
+
+def check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
+    """Refuse a checkpoint that another model, objective or configuration wrote, or that this
+    run cannot continue from; then restore its weights and optimiser states into ``module``
+    and check its random states and history, so that a resume fails here, before any file of
+    the run is touched, rather than in Lightning after ``metrics.csv`` was rewritten.
+
+    :param checkpoint: what :func:`read_checkpoint` read from ``checkpoint_path``.
+    :param checkpoint_path: the file, for the messages.
+    :param module: the training module of the run resuming.
+    :raises CheckpointError: naming the checkpoint and what is wrong with it.
+    """
+    state = checkpoint.get("ppl_vae")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {checkpoint_path} was not written by ppl_vae")
+    expected = (type(module.model).__qualname__, type(module.objective).__qualname__)
+    found = (state.get("model_class"), state.get("objective_class"))
+    if found != expected:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} holds a {found[0]} trained with {found[1]}, "
+            f"not a {expected[0]} with {expected[1]}"
+        )
+    if state.get("architecture") != architecture(module):
+        saved, current = state.get("architecture"), architecture(module)
+        saved = saved if isinstance(saved, dict) else {}
+        differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} was written by a model of another configuration: "
+            f"parameters that differ: {differing[:6]}"
+        )
+    iteration = state.get("iteration")
+    if isinstance(iteration, bool) or not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} holds iteration {shown(iteration)}, not one of the "
+            f"{module.batches.num_batches} steps of this run: resume with the run's own steps"
+        )
+    if not isinstance(checkpoint.get("pytorch-lightning_version"), str) or not isinstance(checkpoint.get("loops", {}), dict):
+        raise CheckpointError(f"checkpoint {checkpoint_path} lacks Lightning's version or loop states: not a training checkpoint")
+    _check_history(state.get("history"), checkpoint_path)
+    _check_random_states(state.get("rng"), checkpoint_path)
+    _restore_weights_and_optimisers(checkpoint, checkpoint_path, module)
+    try:
+        module.on_load_checkpoint(checkpoint)
+    except Exception as error:  # a plateau state or iteration of the wrong form fails in many ways
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path}: its ppl_vae state cannot be restored ({type(error).__name__}: "
+            f"{shown(str(error), 200)})"
+        ) from None
+
+
+def _check_history(history: Any, checkpoint_path: Path) -> None:
+    """Refuse a logged history that is not a list of rows ``{"step": int, term: number}`` with increasing steps."""
+    if not isinstance(history, list):
+        raise CheckpointError(f"checkpoint {checkpoint_path}: its history must be a list of logged rows, got {shown(history)}")
+    previous = -1
+    for number, row in enumerate(history):
+        step = row.get("step") if isinstance(row, dict) else None
+        values_are_numbers = isinstance(row, dict) and all(
+            isinstance(value, (int, float)) and not isinstance(value, bool) for value in row.values()
+        )
+        if isinstance(step, bool) or not isinstance(step, int) or step <= previous or not values_are_numbers:
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path}: history row {number} must map 'step' (an integer above the "
+                f"previous row's) and terms to numbers, got {shown(row)}"
+            )
+        previous = step
+
+
+def _check_random_states(states: Any, checkpoint_path: Path) -> None:
+    """Refuse random states (one, or one per process) that torch, numpy or Python cannot take."""
+    try:
+        for state in states if isinstance(states, list) else [states]:
+            _check_restorable(state)
+    except Exception as error:  # a state of the wrong type or size fails in torch, numpy or random
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path}: its random states cannot be restored ({type(error).__name__}: "
+            f"{shown(str(error), 200)})"
+        ) from None
+
+
+def _restore_weights_and_optimisers(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
+    """Load the checkpoint's weights and optimiser states into ``module`` and its optimisers
+    (Lightning loads the same ones again when training starts), and check that the plateau
+    schedules it needs have states."""
+    try:
+        module.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, KeyError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint_path} does not fit the model: {shown(str(error), 300)}") from None
+    optimizers = list(module.training_iteration.optimizers)
+    states = checkpoint.get("optimizer_states")
+    if not isinstance(states, list) or len(states) != len(optimizers):
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} must hold the states of {len(optimizers)} optimiser(s), got "
+            f"{shown(states) if states is not None else 'none'}: it was not written by a training run"
+        )
+    for index, (optimizer, optimizer_state) in enumerate(zip(optimizers, states, strict=True)):
+        try:
+            optimizer.load_state_dict(optimizer_state)
+        except Exception as error:  # torch raises KeyError, ValueError, TypeError for foreign states
+            raise CheckpointError(
+                f"checkpoint {checkpoint_path}: the state of optimiser {index} does not fit it "
+                f"({type(error).__name__}: {shown(str(error), 200)})"
+            ) from None
+    if module.plateau.names and not isinstance(checkpoint.get("lr_schedulers"), list):
+        raise CheckpointError(f"checkpoint {checkpoint_path} lacks the states of the lr_plateau schedules")

@@ -23,6 +23,7 @@ from ppl_vae.infer.distributed import process_rank, world_size
 
 __all__ = [
     "SetupAgreement",
+    "SetupFailed",
     "launch_rank",
     "launched_by_a_launcher",
     "mean_over_processes",
@@ -124,6 +125,19 @@ class SetupAgreement(L.Callback):
         if failed[0] == dist.get_rank():
             raise self.failure
         raise failures[failed[0]]
+
+
+class SetupFailed(L.LightningModule):
+    """Stands in for the training module on a process whose setup failed, so that it meets the
+    other processes in :class:`SetupAgreement`, which raises before this module trains."""
+
+    def training_step(self, *args: Any) -> None:
+        """Refuse: a process whose setup failed has nothing to train."""
+        raise RuntimeError("a process whose setup failed cannot train")
+
+    def configure_optimizers(self) -> None:
+        """No optimisers."""
+        return None
 
 
 def _sendable(error: BaseException | None) -> BaseException | None:

@@ -3,39 +3,36 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import logging
 import os
-import shutil
-import sys
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from math import ceil
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import lightning as L
 import pyro
 import torch
-from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
-from lightning.pytorch.utilities import disable_possible_user_warnings
-from pyro import poutine
 from torch import nn
 
-from ppl_vae._devices import available_device
 from ppl_vae._validation import boolean, did_you_mean, shown, threads_from_environment
-from ppl_vae.infer.observations import check_observations_in_support
+from ppl_vae.train.accelerators import lightning_devices, warn_if_bf16_is_slow
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
-from ppl_vae.train.checkpoint import AtomicCheckpointIO, CheckpointError, IterationCheckpoint, read_checkpoint
+from ppl_vae.train.checkpoint import AtomicCheckpointIO, IterationCheckpoint, check_resumable, read_checkpoint
 from ppl_vae.train.config import TrainConfig
-from ppl_vae.train.distributed import SetupAgreement, launch_rank, launched_by_a_launcher, training_strategy
-from ppl_vae.train.metrics import CSVMetricsLogger, write_metrics_table
-from ppl_vae.train.module import SVIModule, architecture, random_states, set_random_states
+from ppl_vae.train.distributed import (
+    SetupAgreement,
+    SetupFailed,
+    launch_rank,
+    launched_by_a_launcher,
+    training_strategy,
+)
+from ppl_vae.train.first_batch import check_first_batch
+from ppl_vae.train.metrics import CSVMetricsLogger
+from ppl_vae.train.module import SVIModule
+from ppl_vae.train.progress_bar import with_progress_bar
+from ppl_vae.train.quiet import quiet_lightning
 from ppl_vae.train.run_dir import RunDirectory
-
-_LIGHTNING_LOG = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+from ppl_vae.train.run_files import NewRunFiles, ResumedRunFiles
 
 
 @dataclass
@@ -59,212 +56,6 @@ class FitResult:
     run_dir: RunDirectory | None = None
     global_rank: int = 0
     already_finished: bool = False
-
-
-_LIGHTNING_ACCELERATORS = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}
-
-
-def _lightning_devices(config: TrainConfig) -> tuple[str, int | list[int]]:
-    """Lightning's ``accelerator`` and ``devices`` for ``config.device``, checked once to be on
-    this machine (:func:`~ppl_vae._devices.available_device`) before anything is built or
-    written: ``"cuda:1"`` is Lightning's ``devices=[1]``; ``"cuda"`` and ``"auto"`` take
-    ``config.devices`` devices.
-
-    :raises ValueError: naming the device when it is not there, is not one Lightning trains on,
-        or has an index while ``config.devices`` asks for more than one.
-    """
-    device = available_device(config.device)
-    if device.type not in _LIGHTNING_ACCELERATORS:
-        raise ValueError(f"device={config.device!r}: fit trains on 'cpu', 'cuda', 'cuda:N', 'mps' or 'auto'")
-    if device.index is None or config.device == "auto":
-        return _LIGHTNING_ACCELERATORS[device.type], config.devices
-    if config.devices > 1:
-        raise ValueError(
-            f"device={config.device!r} names one device but devices={config.devices}: use device='cuda' "
-            "with devices=N (and CUDA_VISIBLE_DEVICES to pick them)"
-        )
-    return _LIGHTNING_ACCELERATORS[device.type], [device.index]
-
-
-def cpu_has_amx_bf16() -> bool:
-    """Whether the CPU multiplies bfloat16 matrices in hardware (Intel AMX: the ``amx_bf16``
-    flag of ``/proc/cpuinfo``; ``False`` where that file does not exist)."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return "amx_bf16" in cpuinfo.split()
-
-
-def _warn_if_bf16_is_slow(config: TrainConfig, accelerator: str) -> None:
-    """bf16-mixed pays on GPUs that support it and on CPUs with AMX; on other CPUs (AVX512-BF16
-    included: measured 0.74-0.92x of float32's speed) and GPUs without bfloat16 it is slower
-    than float32."""
-    if config.precision != "bf16-mixed":
-        return
-    on_gpu = accelerator == "gpu"
-    supported = torch.cuda.is_bf16_supported() if on_gpu else cpu_has_amx_bf16()
-    if not supported:
-        where = "GPU without bfloat16 support" if on_gpu else "CPU without AMX"
-        warnings.warn(
-            f"precision='bf16-mixed' on a {where}: bfloat16 matrix products are emulated or slower "
-            "there, usually slower than precision='32-true'",
-            stacklevel=3,
-        )
-
-
-#: How often the training bar is redrawn, in all, where each redraw is a new line or message.
-_REDRAWS_OFF_A_TERMINAL = 20
-
-
-def _training_progress_bar(training_steps: int, stream: TextIO | None = None) -> TQDMProgressBar:
-    """Lightning's tqdm bar over ``training_steps`` Lightning training steps, written to
-    ``stream`` (stdout by default, as Lightning does).
-
-    On a terminal it is redrawn at every step, in place. Elsewhere each redraw is a new line
-    (a log file) or a new stream message (Jupyter, where a 1,000-step run would otherwise
-    store thousands of them in the notebook): there it is redrawn about 20 times in all.
-    With ipywidgets installed, Lightning draws tqdm's notebook widget in Jupyter
-    (``tqdm.auto``), updated in place.
-    """
-    stream = sys.stdout if stream is None else stream
-    on_terminal = bool(getattr(stream, "isatty", None) and stream.isatty())
-    refresh_rate = 1 if on_terminal else max(1, training_steps // _REDRAWS_OFF_A_TERMINAL)
-    return TQDMProgressBar(refresh_rate=refresh_rate)
-
-
-def _with_progress_bar(callbacks: list[L.Callback], config: TrainConfig) -> list[L.Callback]:
-    """``callbacks`` and, when ``config.progress_bar`` is on and none of them is a progress
-    bar, a bar whose redraws suit where it is written."""
-    if not config.progress_bar or any(isinstance(callback, ProgressBar) for callback in callbacks):
-        return callbacks
-    training_steps = ceil(config.steps / config.iterations_per_training_step)
-    return [*callbacks, _training_progress_bar(training_steps)]
-
-
-@contextmanager
-def _quiet_lightning() -> Iterator[None]:
-    """Lightning's own switches for its chatter during :func:`fit`: its rank-zero log (devices,
-    advertisements, "`Trainer.fit` stopped") raised to WARNING, its ``PossibleUserWarning`` s
-    turned off (advice that does not apply: the engine indexes tensors on the device, without
-    DataLoader workers), and the deprecation that its pytree helper triggers in torch ignored
-    by category and module. Everything is restored afterwards."""
-    level = _LIGHTNING_LOG.level
-    _LIGHTNING_LOG.setLevel(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            disable_possible_user_warnings()
-            warnings.filterwarnings("ignore", category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
-            yield
-    finally:
-        _LIGHTNING_LOG.setLevel(level)
-
-
-def _check_resumable(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
-    """Refuse a checkpoint that another model, objective or configuration wrote, or that this
-    run cannot continue from; then restore its weights and optimiser states into ``module``
-    and check its random states and history, so that a resume fails here, before any file of
-    the run is touched, rather than in Lightning after ``metrics.csv`` was rewritten.
-
-    :raises CheckpointError: naming the checkpoint and what is wrong with it.
-    """
-    state = checkpoint.get("ppl_vae")
-    if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint {checkpoint_path} was not written by ppl_vae")
-    expected = (type(module.model).__qualname__, type(module.objective).__qualname__)
-    found = (state.get("model_class"), state.get("objective_class"))
-    if found != expected:
-        raise CheckpointError(
-            f"checkpoint {checkpoint_path} holds a {found[0]} trained with {found[1]}, "
-            f"not a {expected[0]} with {expected[1]}"
-        )
-    if state.get("architecture") != architecture(module):
-        saved, current = state.get("architecture"), architecture(module)
-        saved = saved if isinstance(saved, dict) else {}
-        differing = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
-        raise CheckpointError(
-            f"checkpoint {checkpoint_path} was written by a model of another configuration: "
-            f"parameters that differ: {differing[:6]}"
-        )
-    iteration = state.get("iteration")
-    if isinstance(iteration, bool) or not isinstance(iteration, int) or not 0 <= iteration <= module.batches.num_batches:
-        raise CheckpointError(
-            f"checkpoint {checkpoint_path} holds iteration {shown(iteration)}, not one of the "
-            f"{module.batches.num_batches} steps of this run: resume with the run's own steps"
-        )
-    if not isinstance(checkpoint.get("pytorch-lightning_version"), str) or not isinstance(checkpoint.get("loops", {}), dict):
-        raise CheckpointError(f"checkpoint {checkpoint_path} lacks Lightning's version or loop states: not a training checkpoint")
-    _check_history(state.get("history"), checkpoint_path)
-    _check_random_states(state.get("rng"), checkpoint_path)
-    _restore_weights_and_optimisers(checkpoint, checkpoint_path, module)
-    try:
-        module.on_load_checkpoint(checkpoint)
-    except Exception as error:  # a plateau state or iteration of the wrong form fails in many ways
-        raise CheckpointError(
-            f"checkpoint {checkpoint_path}: its ppl_vae state cannot be restored ({type(error).__name__}: "
-            f"{shown(str(error), 200)})"
-        ) from None
-
-
-def _check_history(history: Any, checkpoint_path: Path) -> None:
-    """Refuse a logged history that is not a list of rows ``{"step": int, term: number}`` with increasing steps."""
-    if not isinstance(history, list):
-        raise CheckpointError(f"checkpoint {checkpoint_path}: its history must be a list of logged rows, got {shown(history)}")
-    previous = -1
-    for number, row in enumerate(history):
-        step = row.get("step") if isinstance(row, dict) else None
-        values_are_numbers = isinstance(row, dict) and all(
-            isinstance(value, (int, float)) and not isinstance(value, bool) for value in row.values()
-        )
-        if isinstance(step, bool) or not isinstance(step, int) or step <= previous or not values_are_numbers:
-            raise CheckpointError(
-                f"checkpoint {checkpoint_path}: history row {number} must map 'step' (an integer above the "
-                f"previous row's) and terms to numbers, got {shown(row)}"
-            )
-        previous = step
-
-
-def _check_random_states(states: Any, checkpoint_path: Path) -> None:
-    """Refuse random states (one, or one per process) that torch, numpy or Python cannot take:
-    each is set, then this process's own state is put back."""
-    own = random_states()
-    try:
-        for state in states if isinstance(states, list) else [states]:
-            set_random_states(state)
-    except Exception as error:  # a state of the wrong type or size fails in torch, numpy or random
-        raise CheckpointError(
-            f"checkpoint {checkpoint_path}: its random states cannot be restored ({type(error).__name__}: "
-            f"{shown(str(error), 200)})"
-        ) from None
-    finally:
-        set_random_states(own)
-
-
-def _restore_weights_and_optimisers(checkpoint: Mapping[str, Any], checkpoint_path: Path, module: SVIModule) -> None:
-    """Load the checkpoint's weights and optimiser states into ``module`` and its optimisers
-    (Lightning loads the same ones again when training starts), and check that the plateau
-    schedules it needs have states."""
-    try:
-        module.load_state_dict(checkpoint["state_dict"])
-    except (RuntimeError, TypeError, KeyError) as error:
-        raise CheckpointError(f"checkpoint {checkpoint_path} does not fit the model: {shown(str(error), 300)}") from None
-    optimizers = list(module.training_iteration.optimizers)
-    states = checkpoint.get("optimizer_states")
-    if not isinstance(states, list) or len(states) != len(optimizers):
-        raise CheckpointError(
-            f"checkpoint {checkpoint_path} must hold the states of {len(optimizers)} optimiser(s), got "
-            f"{shown(states) if states is not None else 'none'}: it was not written by a training run"
-        )
-    for index, (optimizer, optimizer_state) in enumerate(zip(optimizers, states, strict=True)):
-        try:
-            optimizer.load_state_dict(optimizer_state)
-        except Exception as error:  # torch raises KeyError, ValueError, TypeError for foreign states
-            raise CheckpointError(
-                f"checkpoint {checkpoint_path}: the state of optimiser {index} does not fit it "
-                f"({type(error).__name__}: {shown(str(error), 200)})"
-            ) from None
-    if module.plateau.names and not isinstance(checkpoint.get("lr_schedulers"), list):
-        raise CheckpointError(f"checkpoint {checkpoint_path} lacks the states of the lr_plateau schedules")
 
 
 def _configured(config: TrainConfig | None, overrides: Mapping[str, Any]) -> TrainConfig:
@@ -301,48 +92,6 @@ class _Setup:
         return None if self.checkpoint is None else int(self.checkpoint["ppl_vae"]["iteration"])
 
 
-class _SetupFailed(L.LightningModule):
-    """Stands in for the training module on a process whose setup failed, so that it meets the
-    other processes in :class:`~ppl_vae.train.distributed.SetupAgreement`, which raises first."""
-
-    def training_step(self, *args: Any) -> None:
-        raise RuntimeError("a process whose setup failed cannot train")
-
-    def configure_optimizers(self) -> None:
-        return None
-
-
-def _check_first_batch(module: SVIModule) -> None:
-    """Trace the guide and the model once on the first ELBO batch, in a parameter store of their
-    own, and refuse before training what training could not use: observations outside the
-    support of their likelihood (:func:`~ppl_vae.infer.observations.check_observations_in_support`)
-    and ``pyro.param`` sites whose tensors are not parameters of the model (or of the
-    objective's auxiliary steps), which the torch optimisers would never update.
-
-    :raises ValueError: naming the site and the data's range, or the ``pyro.param`` names.
-    """
-    batches, model = module.batches, module.model
-    if batches.num_batches == 0:
-        return
-    start = batches.start
-    first = next(iter(batches))
-    batches.seek(start)
-    inputs = {key: value for name in module.elbo_groups for key, value in first[name].items()}
-    store = pyro.get_param_store()
-    with store.scope(), torch.random.fork_rng(devices=[]), torch.no_grad(), pyro.validation_enabled(False):
-        guide_trace = poutine.trace(model.guide).get_trace(**inputs)
-        model_trace = poutine.trace(poutine.replay(model.model, trace=guide_trace)).get_trace(**inputs)
-        trained = {id(parameter) for parameter in module.parameters()}
-        untrained = sorted(name for name, value in store.named_parameters() if id(value) not in trained)
-    if untrained:
-        raise ValueError(
-            f"the model or guide creates pyro.param sites {untrained} that fit would not train (its optimisers "
-            "own model.parameters()): make them attributes of the module (nn.Parameter, or pyro.nn.PyroParam "
-            "for a constrained one)"
-        )
-    check_observations_in_support(model_trace)
-
-
 def _set_up(
     model: nn.Module,
     objective: Any,
@@ -370,77 +119,15 @@ def _set_up(
         binarize=config.binarize,
     )
     module = SVIModule(model, objective, config, batches, elbo_arguments)
-    _check_first_batch(module)
+    check_first_batch(module)
     if run_dir is None:
         return _Setup(module)
     run = RunDirectory(run_dir, overwrite=overwrite or rank > 0, resume=resume, create=False)
     checkpoint = None
     if resume:
         checkpoint = read_checkpoint(run.last_checkpoint, weights_only=weights_only)
-        _check_resumable(checkpoint, run.last_checkpoint, module)
+        check_resumable(checkpoint, run.last_checkpoint, module)
     return _Setup(module, run, checkpoint)
-
-
-class _NewRunFiles:
-    """What a new run writes into its run directory, and how to take it back.
-
-    :meth:`write` makes the folders, removes what a killed process left, the earlier run's
-    checkpoints, TensorBoard events and ``metrics.csv``, then writes ``config.json``.
-    :meth:`remove` removes the run's files and folders (``config.json``, ``metrics.csv``,
-    ``metrics.json``, ``checkpoints/``, ``pictures/``, ``tensorboard/``) that did not exist
-    before, then the run folder and its parents that did not exist, where they are left empty;
-    everything else stays: a start that fails before its first iteration leaves the folder as
-    it found it, and a retry (``--device cpu``) starts afresh.
-
-    :param run: the run directory (not created yet).
-    """
-
-    def __init__(self, run: RunDirectory) -> None:
-        self.run = run
-        self.missing_folders = [folder for folder in [*reversed(run.path.parents), run.path] if not folder.exists()]
-        entries = (run.config_path, run.metrics_csv, run.metrics_path, run.checkpoints, run.pictures, run.tensorboard)
-        self.missing_entries = [entry for entry in entries if not entry.exists() and not entry.is_symlink()]
-
-    def write(self, config: TrainConfig, extra_config: Mapping[str, Any] | None) -> None:
-        run = self.run
-        run.create()
-        run.remove_temporary_files()
-        for stale in [*run.checkpoints.glob("*.ckpt"), *run.tensorboard.glob("events.out.tfevents.*")]:
-            stale.unlink()
-        run.write_config({"train": config.to_dict(), **dict(extra_config or {})})
-        write_metrics_table(run.metrics_csv, [])
-
-    def remove(self) -> None:
-        self.run.remove_temporary_files()
-        for entry in self.missing_entries:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-        for folder in reversed(self.missing_folders):
-            try:
-                folder.rmdir()
-            except OSError:  # it holds what this start did not make
-                break
-
-
-class _ResumedRunFiles(L.Callback):
-    """On a resume, when training starts (Lightning has restored the weights, optimiser and
-    loop states by then, so a checkpoint it cannot use has changed no file), rank 0 removes
-    what a killed process left and makes ``metrics.csv`` hold the checkpoint's rows.
-
-    :param run: the run directory.
-    :param rows: the rows ``metrics.csv`` must hold (none when the run does not log to it).
-    """
-
-    def __init__(self, run: RunDirectory, rows: Sequence[Mapping[str, float]]) -> None:
-        self.run = run
-        self.rows = rows
-
-    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if trainer.is_global_zero:
-            self.run.remove_temporary_files()
-            write_metrics_table(self.run.metrics_csv, self.rows)
 
 
 def _loggers(config: TrainConfig, setup: _Setup) -> list[Logger]:
@@ -550,11 +237,11 @@ def fit(
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("weights_only", weights_only)):
         boolean(name, flag)
     config = _configured(config, overrides)
-    accelerator, devices = _lightning_devices(config)
+    accelerator, devices = lightning_devices(config)
     threads = threads_from_environment()
     if threads is not None:
         torch.set_num_threads(threads)
-    _warn_if_bf16_is_slow(config, accelerator)
+    warn_if_bf16_is_slow(config, accelerator)
     L.seed_everything(config.seed, workers=False, verbose=False)
     num_processes = config.devices * config.num_nodes
     rank = launch_rank(config.devices)
@@ -566,7 +253,7 @@ def fit(
     except Exception as error:
         if num_processes == 1 or not launched_by_a_launcher():
             raise
-        setup, failure = _Setup(_SetupFailed()), error
+        setup, failure = _Setup(SetupFailed()), error
     if setup.resumed_iteration == config.steps:
         return _finished(setup, model, rank)
 
@@ -577,9 +264,9 @@ def fit(
         callbacks.append(IterationCheckpoint(setup.run.last_checkpoint))
     if setup.checkpoint is not None:
         rows = setup.checkpoint["ppl_vae"]["history"] if "csv" in config.loggers else []
-        callbacks.append(_ResumedRunFiles(setup.run, rows))
-    callbacks = _with_progress_bar(callbacks, config)
-    with _quiet_lightning():
+        callbacks.append(ResumedRunFiles(setup.run, rows))
+    callbacks = with_progress_bar(callbacks, config)
+    with quiet_lightning():
         trainer = L.Trainer(
             accelerator=accelerator,
             devices=devices,
@@ -600,14 +287,14 @@ def fit(
             log_every_n_steps=min(config.log_every_n_steps, config.steps),
         )
     module = setup.module
-    new_run = _NewRunFiles(setup.run) if setup.run is not None and setup.checkpoint is None and rank == 0 else None
+    new_run = NewRunFiles(setup.run) if setup.run is not None and setup.checkpoint is None and rank == 0 else None
     if new_run is not None:
         new_run.write(config, extra_config)
     elif setup.run is not None and rank == 0:
         setup.run.create()
     with pyro.validation_enabled(config.validate):
         try:
-            with _quiet_lightning():
+            with quiet_lightning():
                 trainer.fit(
                     module,
                     train_dataloaders=BatchBlocks(module.batches, config.iterations_per_training_step) if failure is None else [],

@@ -1,19 +1,17 @@
 """The Lightning module that trains any model/objective pair by SVI.
 
-This and :mod:`ppl_vae.train.fit` are the only places in the library that know about
-Lightning. The module follows Pyro's own Lightning example (a Pyro ELBO's
+The engine's modules (:mod:`ppl_vae.train`) are the only places in the library that know
+about Lightning. The module follows Pyro's own Lightning example (a Pyro ELBO's
 ``differentiable_loss`` optimised by plain torch optimisers), with manual optimisation
 so that an objective's auxiliary steps (classifier, discriminator) can take turns with
 the ELBO step, each with its own optimiser and its own parameters.
 """
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.fabric.utilities import move_data_to_device
@@ -23,7 +21,7 @@ from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
-from ppl_vae.train.checkpoint import tensor_digest
+from ppl_vae.train.checkpoint import architecture, random_states, set_random_states, tensor_digest
 from ppl_vae.train.config import TrainConfig
 from ppl_vae.train.distributed import mean_over_processes, seed_process
 from ppl_vae.train.lr_schedules import PlateauSchedules
@@ -33,33 +31,6 @@ class NonFiniteLossError(FloatingPointError):
     """A loss or gradient became NaN or infinite; the message names the step and terms."""
 
 
-def random_states() -> dict[str, Any]:
-    """The random states, as tensors and plain data (a weights-only checkpoint holds them)."""
-    numpy_state = np.random.get_state(legacy=False)
-    key = torch.from_numpy(numpy_state["state"]["key"].astype(np.int64))
-    state = {
-        "torch": torch.get_rng_state(),
-        "numpy": {**numpy_state, "state": {**numpy_state["state"], "key": key}},
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_random_states(state: dict[str, Any]) -> None:
-    """Restore :func:`random_states`'s states (numpy's also in the tuple form of older checkpoints)."""
-    torch.set_rng_state(state["torch"])
-    numpy_state = state["numpy"]
-    if isinstance(numpy_state, dict):
-        key = numpy_state["state"]["key"].numpy().astype(np.uint32)
-        numpy_state = {**numpy_state, "state": {**numpy_state["state"], "key": key}}
-    np.random.set_state(numpy_state)
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 def adam_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
     """Keyword arguments of ``torch.optim.Adam`` for one update over all of ``params``:
     ``fused`` (one kernel) when they all live on a CUDA device, ``foreach`` (one call per
@@ -67,11 +38,6 @@ def adam_implementation(params: list[torch.Tensor]) -> dict[str, bool]:
     if params and all(p.is_cuda for p in params):
         return {"fused": True}
     return {"foreach": True}
-
-
-def architecture(module: nn.Module) -> dict[str, list[int]]:
-    """Parameter and buffer names with their shapes: what a checkpoint must match."""
-    return {name: list(t.shape) for name, t in module.state_dict().items()}
 
 
 class SVIModule(L.LightningModule):

@@ -92,10 +92,10 @@ def test_unknown_precision_is_refused_naming_the_choices():
 
 
 def test_bf16_on_a_cpu_without_amx_warns(monkeypatch):
-    fit_module = importlib.import_module("ppl_vae.train.fit")
+    accelerators = importlib.import_module("ppl_vae.train.accelerators")
 
     model, objective, data = MODELS["decomposition"]()
-    monkeypatch.setattr(fit_module, "cpu_has_amx_bf16", lambda: False)
+    monkeypatch.setattr(accelerators, "cpu_has_amx_bf16", lambda: False)
     with pytest.warns(UserWarning, match="CPU without AMX.*usually slower than precision='32-true'"):
         fit(model, objective, data, steps=1, batch_size=8, precision="bf16-mixed", progress_bar=False)
 
@@ -103,10 +103,10 @@ def test_bf16_on_a_cpu_without_amx_warns(monkeypatch):
 def test_bf16_on_a_cpu_with_amx_does_not_warn(monkeypatch):
     import warnings
 
-    fit_module = importlib.import_module("ppl_vae.train.fit")
+    accelerators = importlib.import_module("ppl_vae.train.accelerators")
 
     model, objective, data = MODELS["decomposition"]()
-    monkeypatch.setattr(fit_module, "cpu_has_amx_bf16", lambda: True)
+    monkeypatch.setattr(accelerators, "cpu_has_amx_bf16", lambda: True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fit(model, objective, data, steps=1, batch_size=8, precision="bf16-mixed", progress_bar=False)

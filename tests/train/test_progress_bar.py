@@ -9,7 +9,7 @@ from pyro.infer import TraceMeanField_ELBO
 from ppl_vae import fit
 from ppl_vae.models import VAE
 from ppl_vae.nn import MLP, mlp_decoder
-from ppl_vae.train.fit import _training_progress_bar
+from ppl_vae.train.progress_bar import training_progress_bar
 
 
 class Terminal(io.StringIO):
@@ -18,9 +18,9 @@ class Terminal(io.StringIO):
 
 
 def test_the_bar_is_redrawn_every_step_on_a_terminal_and_about_twenty_times_elsewhere():
-    assert _training_progress_bar(1000, Terminal()).refresh_rate == 1
-    assert _training_progress_bar(1000, io.StringIO()).refresh_rate == 50
-    assert _training_progress_bar(7, io.StringIO()).refresh_rate == 1
+    assert training_progress_bar(1000, Terminal()).refresh_rate == 1
+    assert training_progress_bar(1000, io.StringIO()).refresh_rate == 50
+    assert training_progress_bar(7, io.StringIO()).refresh_rate == 1
 
 
 def test_fit_off_a_terminal_writes_a_few_redraws_not_one_per_step(capsys):

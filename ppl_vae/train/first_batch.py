@@ -1,0 +1,46 @@
+"""The check :func:`~ppl_vae.fit` makes before training: one trace of the guide and the model on
+the first batch."""
+from __future__ import annotations
+
+import pyro
+import torch
+from pyro import poutine
+
+from ppl_vae.infer.observations import check_observations_in_support
+from ppl_vae.train.module import SVIModule
+
+__all__ = ["check_first_batch"]
+
+
+def check_first_batch(module: SVIModule) -> None:
+    """Trace the guide and the model once on the first ELBO batch, in a parameter store of their
+    own, and refuse before training what training could not use: observations outside the
+    support of their likelihood (:func:`~ppl_vae.infer.observations.check_observations_in_support`)
+    and ``pyro.param`` sites whose tensors are not parameters of the model (or of the
+    objective's auxiliary steps), which the torch optimisers would never update.
+
+    The batches are put back at their start, and the random state of torch's CPU generator
+    is forked, so training draws what it would have drawn without the check.
+
+    :raises ValueError: naming the site and the data's range, or the ``pyro.param`` names.
+    """
+    batches, model = module.batches, module.model
+    if batches.num_batches == 0:
+        return
+    start = batches.start
+    first = next(iter(batches))
+    batches.seek(start)
+    inputs = {key: value for name in module.elbo_groups for key, value in first[name].items()}
+    store = pyro.get_param_store()
+    with store.scope(), torch.random.fork_rng(devices=[]), torch.no_grad(), pyro.validation_enabled(False):
+        guide_trace = poutine.trace(model.guide).get_trace(**inputs)
+        model_trace = poutine.trace(poutine.replay(model.model, trace=guide_trace)).get_trace(**inputs)
+        trained = {id(parameter) for parameter in module.parameters()}
+        untrained = sorted(name for name, value in store.named_parameters() if id(value) not in trained)
+    if untrained:
+        raise ValueError(
+            f"the model or guide creates pyro.param sites {untrained} that fit would not train (its optimisers "
+            "own model.parameters()): make them attributes of the module (nn.Parameter, or pyro.nn.PyroParam "
+            "for a constrained one)"
+        )
+    check_observations_in_support(model_trace)
