@@ -16,6 +16,7 @@ from pathlib import Path
 
 from docutils import nodes
 from sphinx import addnodes
+from sphinx.ext import intersphinx
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util.nodes import make_refnode
 
@@ -24,6 +25,9 @@ sys.path.insert(0, str(DOCS.parent))
 sys.path.insert(0, str(DOCS / "api"))
 os.environ.setdefault("PPL_VAE_NUM_THREADS", "1")
 
+sys.path.insert(0, str(DOCS / "inventories"))
+
+import make_inventories  # noqa: E402
 from public_api import PACKAGE, api_by_module, constant_doc, documented_names, public_module_names  # noqa: E402
 
 import ppl_vae  # noqa: E402
@@ -41,6 +45,7 @@ extensions = [
     "sphinx.ext.mathjax",
     "sphinx-mathjax-offline",  # (its module name has hyphens) serves MathJax from the site's _static/mathjax (works offline)
     "sphinx.ext.viewcode",
+    "sphinx.ext.intersphinx",
     "myst_nb",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -66,17 +71,19 @@ autodoc_preserve_defaults = True
 # it overrides (those are written for other documentation tools).
 autodoc_inherit_docstrings = False
 # Every reference must resolve: a role naming a ppl_vae object that is not documented fails the
-# build (with -W). Without network access there is no intersphinx: references to the objects of
-# torch, Pyro, Lightning, numpy, matplotlib, arviz and the standard library (most come from the
-# type hints) stay plain text instead of links.
+# build (with -W), and so does one naming an object of torch, Pyro, numpy, matplotlib, ArviZ,
+# Lightning or the standard library that their inventories lack. The build is offline: the
+# inventories are files in the repository (docs/inventories/, written by make_inventories.py,
+# one entry per name our pages use), and each links to the project's own documentation.
 nitpicky = True
-OUTSIDE_PACKAGES = ("torch", "nn", "pyro", "dist", "lightning", "L", "numpy", "np", "matplotlib", "arviz",
-                    "collections", "typing", "pathlib", "os", "argparse", "types")
-OUTSIDE_NAMES = ("Tensor", "Path", "Figure", "Axes")  # type hints written with the bare name
-nitpick_ignore_regex = [
-    (r"py:.*", rf"({'|'.join(OUTSIDE_PACKAGES)})\..+"),
-    (r"py:.*", rf"{'|'.join(OUTSIDE_NAMES)}"),
-]
+nitpick_ignore_regex: list[tuple[str, str]] = []
+INVENTORIES = DOCS / "inventories"
+intersphinx_mapping = {name: (project.url, str(INVENTORIES / f"{name}.inv"))
+                       for name, project in make_inventories.PROJECTS.items()}
+#: Short names our docstrings and type hints use for the outside packages and their classes.
+OUTSIDE_ALIASES = {"Tensor": "torch.Tensor", "nn": "torch.nn", "np": "numpy", "dist": "pyro.distributions",
+                   "L": "lightning.pytorch", "Path": "pathlib.Path", "Figure": "matplotlib.figure.Figure",
+                   "Axes": "matplotlib.axes.Axes"}
 # Some model pages start at a level-2 heading; MyST takes it as the page title all the same.
 suppress_warnings = ["myst.header"]
 
@@ -202,6 +209,41 @@ def _private_defaults_as_values(app, what, name, obj, options, signature, return
     return value, return_annotation
 
 
+def _outside_homes() -> dict[int, str]:
+    """The name each object of the shipped inventories is documented under, by the object's id."""
+    homes = {}
+    for name in make_inventories.PROJECTS:
+        for documented in make_inventories.documented_names(INVENTORIES / f"{name}.inv"):
+            homes[id(make_inventories.imported(documented))] = documented
+    return homes
+
+
+_OUTSIDE_HOMES = _outside_homes()
+
+
+def _resolve_outside_name(app, env, node, contnode):
+    """Resolve a reference to an object of another project by the name its documentation gives
+    it: ``torch.nn.modules.module.Module`` (where autodoc finds the class) and ``nn.Module``
+    (a docstring's short name) link to ``torch.nn.Module``'s entry of the PyTorch inventory."""
+    if node.get("refdomain") != "py":
+        return None
+    target = node["reftarget"].lstrip(".~")
+    head, _, rest = target.partition(".")
+    if head in OUTSIDE_ALIASES:
+        target = ".".join(filter(None, [OUTSIDE_ALIASES[head], rest]))
+    if target.split(".")[0] == PACKAGE:
+        return None
+    try:
+        home = _OUTSIDE_HOMES.get(id(make_inventories.imported(target)))
+    except (ImportError, AttributeError):
+        return None
+    if home is None or home == node["reftarget"]:
+        return None
+    renamed = node.deepcopy()
+    renamed["reftarget"] = home
+    return intersphinx.missing_reference(app, env, renamed, contnode)
+
+
 #: Kinds of documented object a narrative page may name by its bare name (``PartedELBO``).
 LINKED_BY_BARE_NAME = ("class", "function", "exception", "data")
 #: A name in code font: dotted words, optionally called (``ppl_vae.fit()``).
@@ -255,6 +297,7 @@ def setup(app):
     app.connect("autodoc-process-docstring", _constant_docstring)
     app.connect("autodoc-process-bases", _public_bases)
     app.connect("missing-reference", _resolve_at_documented_home)
+    app.connect("missing-reference", _resolve_outside_name, priority=600)
 
 
 html_theme = "furo"
