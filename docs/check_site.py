@@ -16,6 +16,13 @@
 5. No narrative page (outside ``api/`` and ``_modules/``) shows the full name of an object
    the API reference documents (``ppl_vae.checks.pixel_means``) in code font without a link
    to it: exits 1 naming the pages and names.
+6. No Markdown table (in the page sources the site ships, ``_sources/``) has a row whose
+   number of cells differs from its header's: an unescaped ``|`` in a cell (``log q(z|x)``)
+   splits it, and the renderer drops what no longer fits without a word. Exits 1 naming the
+   page, line and counts.
+7. No summary line of an API table (autosummary) ends at an abbreviation (``... (Eq.``,
+   ``Sec.``, ``App.``): the summary was cut at the abbreviation's full stop. Exits 1 naming
+   the pages and lines.
 """
 from __future__ import annotations
 
@@ -82,6 +89,79 @@ def unlinked_names(pages: dict[str, str]) -> dict[str, list[str]]:
     return found
 
 
+#: A cell separator of a Markdown table row: a ``|`` not escaped by a backslash.
+CELL_SEPARATOR = re.compile(r"(?<!\\)\|")
+#: The delimiter row under a Markdown table's header (``|---|:---:|``).
+DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def table_cells(row: str) -> int:
+    """How many cells the Markdown table row ``row`` has (its outer pipes are optional)."""
+    inner = row.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return len(CELL_SEPARATOR.split(inner))
+
+
+def ragged_table_rows(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Rows of Markdown tables whose cell count differs from their header's, by source page
+    (fenced code blocks are skipped)."""
+    found: dict[str, list[str]] = {}
+    for page, text in sources.items():
+        lines = text.splitlines()
+        in_fence = False
+        for number, line in enumerate(lines):
+            if line.lstrip().startswith(("```", "~~~")):
+                in_fence = not in_fence
+            if in_fence or "|" not in line or number + 1 >= len(lines) or not DELIMITER_ROW.match(lines[number + 1]):
+                continue
+            header = table_cells(line)
+            for row_number in range(number + 2, len(lines)):
+                row = lines[row_number]
+                if "|" not in row or not row.strip():
+                    break
+                if table_cells(row) != header:
+                    found.setdefault(page, []).append(
+                        f"line {row_number + 1}: {table_cells(row)} cells, its header {header}")
+    return found
+
+
+def read_sources(site: Path) -> dict[str, str]:
+    """The Markdown sources the site ships (``_sources/*.md.txt``), by relative path."""
+    sources = site / "_sources"
+    return {str(page.relative_to(sources)): page.read_text(encoding="utf-8", errors="replace")
+            for page in sorted(sources.rglob("*.md.txt"))} if sources.is_dir() else {}
+
+
+#: Abbreviations a summary line may not end at (the sentence goes on after them).
+ABBREVIATIONS = ("Eq.", "Eqs.", "Sec.", "Secs.", "App.", "Fig.", "Figs.", "Alg.", "Tab.", "Thm.", "Def.",
+                 "e.g.", "i.e.", "cf.", "vs.", "et al.", "resp.", "approx.", "No.")
+_ABBREVIATION_AT_END = re.compile(r"(?:^|[\s(;,])(?:{})$".format("|".join(map(re.escape, ABBREVIATIONS))))
+
+
+def ends_at_abbreviation(text: str) -> bool:
+    """Whether ``text`` ends with one of :data:`ABBREVIATIONS` (a word of its own: not ``pvs.``)."""
+    return bool(_ABBREVIATION_AT_END.search(text.strip()))
+
+
+#: The summary cell of an autosummary table's row.
+SUMMARY_CELL = re.compile(r'<tr class="row-(?:odd|even)"><td>.*?</td>\s*<td><p>(.*?)</p></td>', re.DOTALL)
+AUTOSUMMARY = re.compile(r'<table class="autosummary[^"]*">(.*?)</table>', re.DOTALL)
+TAG = re.compile(r"<[^>]+>")
+
+
+def cut_summaries(pages: dict[str, str]) -> dict[str, list[str]]:
+    """Autosummary lines that end at an abbreviation, by page."""
+    found: dict[str, list[str]] = {}
+    for page, text in pages.items():
+        for table in AUTOSUMMARY.findall(text):
+            for cell in SUMMARY_CELL.findall(table):
+                summary = TAG.sub("", cell).strip()
+                if ends_at_abbreviation(summary):
+                    found.setdefault(page, []).append(summary)
+    return found
+
+
 def _browser_on(site: Path, page: str) -> tuple[str, Path]:
     """The headless browser's executable and the page's file; exits naming what is missing."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -133,12 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     unlinked = unlinked_names(pages)
     for page, names in unlinked.items():
         print(f"{page}: {', '.join(names)} in code font without a link to its API entry", file=sys.stderr)
+    ragged = ragged_table_rows(read_sources(args.site))
+    for page, rows in ragged.items():
+        print(f"{page}: table rows whose cells differ from the header's: {'; '.join(rows)}", file=sys.stderr)
+    cut = cut_summaries(pages)
+    for page, summaries in cut.items():
+        print(f"{page}: summaries cut at an abbreviation: {' | '.join(summaries)}", file=sys.stderr)
     if args.screenshot:
         screenshot(args.site, args.screenshot[0], Path(args.screenshot[1]))
     untypeset = [page for page in args.math if typeset_formulas(args.site, page) == 0]
     for page in untypeset:
         print(f"{page}: MathJax typeset no formula", file=sys.stderr)
-    return 1 if remote or untypeset or hidden or unlinked else 0
+    return 1 if remote or untypeset or hidden or unlinked or ragged or cut else 0
 
 
 if __name__ == "__main__":

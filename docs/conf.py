@@ -17,6 +17,7 @@ from pathlib import Path
 from docutils import nodes
 from sphinx import addnodes
 from sphinx.ext import intersphinx
+from sphinx.ext.autosummary import Autosummary
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util.nodes import make_refnode
 
@@ -26,8 +27,10 @@ sys.path.insert(0, str(DOCS / "api"))
 os.environ.setdefault("PPL_VAE_NUM_THREADS", "1")
 
 sys.path.insert(0, str(DOCS / "inventories"))
+sys.path.insert(0, str(DOCS))
 
 import make_inventories  # noqa: E402
+from check_site import ends_at_abbreviation  # noqa: E402
 from public_api import PACKAGE, api_by_module, constant_doc, documented_names, public_module_names  # noqa: E402
 
 import ppl_vae  # noqa: E402
@@ -244,6 +247,37 @@ def _resolve_outside_name(app, env, node, contnode):
     return intersphinx.missing_reference(app, env, renamed, contnode)
 
 
+#: A full stop that may end a sentence.
+_FULL_STOP = re.compile(r"\.(?=\s|$)")
+
+
+def first_sentence(paragraph: str) -> str:
+    """The first sentence of ``paragraph``: up to the first full stop that ends no abbreviation
+    (``Eq. 7``, ``Sec. 3``, ``App. B`` go on)."""
+    for stop in _FULL_STOP.finditer(paragraph):
+        if not ends_at_abbreviation(paragraph[:stop.end()]):
+            return paragraph[:stop.end()].strip()
+    return paragraph.strip()
+
+
+class AutosummaryWholeSentences(Autosummary):
+    """Sphinx's ``autosummary`` directive, whose summary line runs to the end of the docstring's
+    first sentence also where the sentence holds an abbreviation (``(Mathieu et al. 2019, Eq. 7)``);
+    the stock directive stops at the full stop of every abbreviation it does not know."""
+
+    def get_items(self, names: list[str]) -> list[tuple[str, str, str, str]]:
+        return [(name, signature, self._whole(summary, real_name), real_name)
+                for name, signature, summary, real_name in super().get_items(names)]
+
+    @staticmethod
+    def _whole(summary: str, real_name: str) -> str:
+        if not ends_at_abbreviation(summary):
+            return summary
+        docstring = inspect.getdoc(_imported(real_name)) or ""
+        paragraph = " ".join(docstring.strip().split("\n\n", 1)[0].split())
+        return first_sentence(paragraph)
+
+
 #: Kinds of documented object a narrative page may name by its bare name (``PartedELBO``).
 LINKED_BY_BARE_NAME = ("class", "function", "exception", "data")
 #: A name in code font: dotted words, optionally called (``ppl_vae.fit()``).
@@ -293,6 +327,7 @@ class LinkNamesInCodeFont(SphinxPostTransform):
 
 def setup(app):
     app.add_post_transform(LinkNamesInCodeFont)
+    app.add_directive("autosummary", AutosummaryWholeSentences, override=True)
     app.connect("autodoc-process-signature", _private_defaults_as_values)
     app.connect("autodoc-process-docstring", _constant_docstring)
     app.connect("autodoc-process-bases", _public_bases)
