@@ -24,8 +24,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -33,7 +32,7 @@ from typing import Any
 
 from ppl_vae._files import check_stays_within, read_json, write_atomically
 from ppl_vae._progress import someone_is_watching
-from ppl_vae._validation import THREADS_ENV, threads_from_environment
+from ppl_vae._validation import threads_from_environment
 from ppl_vae.recipes.registry import RECIPES, Recipe
 from ppl_vae.recipes.settings import (
     config_from_file,
@@ -156,7 +155,7 @@ def _train(args: argparse.Namespace) -> int:
     settings = _command_line_settings(args, recipe.config_class)
     config = with_overrides(recipe.demo() if args.demo_settings else recipe.config_class(), settings)
     run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(recipe.name)
-    figures = _engine(args).train_recipe(recipe, config, run_dir, overwrite=args.overwrite)
+    figures = _engine(args).train_recipe(recipe, config, run_dir, overwrite=args.overwrite, threads=args.threads)
     _print_figures(figures, run_dir)
     return 0
 
@@ -176,7 +175,7 @@ def _resume(args: argparse.Namespace) -> int:
         raise UsageError(f"{saved_path} is no run config: it needs a \"recipe\" (one of {sorted(RECIPES)}) and a \"config\"")
     recipe = RECIPES[recipe_name]
     config = config_from_file(recipe.config_class, saved["config"], saved_path)
-    figures = _engine(args).train_recipe(recipe, config, run_dir, resume=True)
+    figures = _engine(args).train_recipe(recipe, config, run_dir, resume=True, threads=args.threads)
     _print_figures(figures, run_dir)
     return 0
 
@@ -202,7 +201,7 @@ def _demo(args: argparse.Namespace) -> int:
         config = with_overrides(recipe.demo(), {"train.progress_bar": progress})
         print(f"[demo] {recipe.name}: {recipe.description}", flush=True)
         start = time.perf_counter()
-        figures = train_recipe(recipe, config, out / recipe.name, overwrite=args.overwrite)
+        figures = train_recipe(recipe, config, out / recipe.name, overwrite=args.overwrite, threads=args.threads)
         seconds = time.perf_counter() - start
         numbers = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
         summary[recipe.name] = {"seconds": round(seconds, 1), **numbers}
@@ -398,24 +397,7 @@ def _run(args: argparse.Namespace) -> int:
             args.threads = threads_from_environment()
         except ValueError as error:
             raise UsageError(str(error)) from None
-        return args.handler(args)
-    with _threads_in_environment(args.threads):
-        return args.handler(args)
-
-
-@contextmanager
-def _threads_in_environment(threads: int) -> Iterator[None]:
-    """``$PPL_VAE_NUM_THREADS`` set to ``--threads`` while a command runs (what :func:`ppl_vae.fit`
-    reads), then restored."""
-    before = os.environ.get(THREADS_ENV)
-    os.environ[THREADS_ENV] = str(threads)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[THREADS_ENV]
-        else:
-            os.environ[THREADS_ENV] = before
+    return args.handler(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

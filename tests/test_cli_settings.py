@@ -2,11 +2,13 @@
 --help``, one-line errors with exit status 2 (bad input) or 1 (failed run), ``--debug``, and
 no torch import before a command runs. Nothing here trains, except the non-finite run."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ppl_vae.cli import main
 from ppl_vae.recipes import SettingError
@@ -22,7 +24,7 @@ def built(monkeypatch):
     """Replace training by recording the config it was given."""
     seen = []
 
-    def record(recipe, config, run_dir, resume=False, overwrite=False):
+    def record(recipe, config, run_dir, resume=False, overwrite=False, threads=None):
         seen.append(config)
         return {}
 
@@ -83,6 +85,20 @@ def test_an_unknown_setting_is_refused_with_close_names(built, capsys):
 def test_a_group_given_a_value_says_to_set_its_members(built, capsys):
     assert main(["train", "vae", "--set", "train=3"]) == 2
     assert "setting train is a group of settings, got '3'; set its members, e.g. train.steps" in one_line_error(capsys)
+
+
+def test_threads_reach_training_as_an_argument_and_the_environment_is_left_alone(monkeypatch):
+    given = []
+    monkeypatch.setattr(recipes_base, "train_recipe", lambda *args, threads=None, **kwargs: given.append(threads) or {})
+    monkeypatch.setenv("PPL_VAE_NUM_THREADS", "3")
+    before = torch.get_num_threads()
+    try:
+        assert main(["--threads", "2", "train", "vae"]) == 0
+        assert main(["train", "vae"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert given == [2, 3]
+    assert os.environ["PPL_VAE_NUM_THREADS"] == "3"
 
 
 def test_set_values_are_parsed_to_the_declared_types(built):

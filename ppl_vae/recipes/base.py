@@ -61,6 +61,7 @@ def train_recipe(
     run_dir: str | os.PathLike,
     resume: bool = False,
     overwrite: bool = False,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Build (seeded by ``config.train.seed``, so a resumed run rebuilds the same model and
     data), train and evaluate; writes the run directory and returns the figures. Under data
@@ -71,6 +72,7 @@ def train_recipe(
     :param run_dir: where config, checkpoints, metrics and pictures go.
     :param resume: continue the run in ``run_dir`` from its last checkpoint (as :func:`ppl_vae.fit`).
     :param overwrite: allow ``run_dir`` to hold an earlier run.
+    :param threads: torch CPU threads to train with (as :func:`ppl_vae.fit`).
     """
     if not isinstance(getattr(config, "train", None), TrainConfig):
         raise TypeError(f"{type(config).__name__} must have a 'train: TrainConfig' field")
@@ -87,6 +89,7 @@ def train_recipe(
         overwrite=overwrite,
         extra_config={"recipe": recipe.name, "config": config_to_dict(config), "model_inputs": experiment.model_inputs},
         elbo_arguments=experiment.elbo_arguments,
+        threads=threads,
     )
     if result.global_rank != 0:
         return {}

@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from torch import nn
 
-from ppl_vae._validation import boolean, did_you_mean, shown, threads_from_environment
+from ppl_vae._validation import boolean, did_you_mean, positive_integer, shown, threads_from_environment
 from ppl_vae.train.accelerators import lightning_devices, warn_if_bf16_is_slow
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, IterationCheckpoint, check_resumable, read_checkpoint
@@ -172,6 +172,7 @@ def fit(
     callbacks: Sequence[L.Callback] = (),
     weights_only: bool = True,
     elbo_arguments: Mapping[str, Any] | None = None,
+    threads: int | None = None,
     **overrides: Any,
 ) -> FitResult:
     """Train ``model`` on ``objective`` by SVI with Lightning.
@@ -206,12 +207,13 @@ def fit(
         batch, e.g. ``{"aggregate_data": {"x": X}}``: the whole data set whose encodings form
         q(z) in :class:`~ppl_vae.infer.decomposition.AggregateDivergence`'s inclusive KL. Their tensors
         are moved to the training device once.
+    :param threads: the number of torch CPU threads (``torch.set_num_threads``) to train with,
+        1 where other processes share the CPU; ``None``: ``$PPL_VAE_NUM_THREADS`` when it is
+        set (as for ``ppl-vae``), else torch's choice is left as it is.
     :param overrides: fields of :class:`TrainConfig` to replace (``lr=1e-3``, ``batch_size=256``),
         applied to ``config`` or to the defaults; an unknown name raises a ``TypeError`` that
         suggests the close ones (``learning_rate`` -> ``'lr'``).
 
-    ``$PPL_VAE_NUM_THREADS``, when set, is the number of torch CPU threads (``torch.set_num_threads``)
-    fit trains with, as for ``ppl-vae``; 1 where other processes share the CPU.
 
     Data parallelism: ``devices``/``num_nodes`` > 1 with ``strategy="ddp"`` (see
     :func:`~ppl_vae.train.distributed.training_strategy`) trains one process per device,
@@ -238,7 +240,7 @@ def fit(
         boolean(name, flag)
     config = _configured(config, overrides)
     accelerator, devices = lightning_devices(config)
-    threads = threads_from_environment()
+    threads = threads_from_environment() if threads is None else positive_integer("threads", threads)
     if threads is not None:
         torch.set_num_threads(threads)
     warn_if_bf16_is_slow(config, accelerator)

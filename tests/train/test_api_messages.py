@@ -26,6 +26,19 @@ def test_fit_names_bad_data_as_it_was_given(data, named):
         fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, binarize=("x",), **FAST)
 
 
+def test_fit_trains_with_the_threads_it_is_given_before_ppl_vae_num_threads(data, monkeypatch):
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setenv("PPL_VAE_NUM_THREADS", "3")
+        fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, threads=2, **FAST)
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="^threads must be a positive integer"):
+            fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, threads=0, **FAST)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_fit_trains_with_the_threads_of_ppl_vae_num_threads(data, monkeypatch):
     threads = torch.get_num_threads()
     try:
