@@ -13,33 +13,22 @@ sample otherwise, each term scaled and masked as its site is (plates, ``poutine.
 exactly as :class:`~pyro.infer.TraceMeanField_ELBO` computes it (beta = 1, no terms). Each
 extra term (:mod:`ppl_vae.infer.terms`) enters the model as a ``pyro.factor`` site named after
 it, added after the model has run, outside every plate; the sites a term replaces are marked
-``mask=False`` in model and guide and are neither scored nor counted.
-:meth:`MeanFieldELBO.traces` returns the two traces, so every term is visible by name.
+``mask=False`` in model and guide and add nothing. :meth:`MeanFieldELBO.traces` returns the two
+traces, so every term is visible by name.
 
-What differs from Pyro's estimator is the work around it, which on a small network is most of
-the step:
+The traces are Pyro's: :class:`~pyro.infer.TraceMeanField_ELBO`'s per-particle hook
+(:func:`~pyro.infer.enum.get_importance_trace`, which scores every site, with Pyro's checks
+under validation: model and guide match, site shapes, no enumerated guide site, the mean-field
+order warning) runs the model with the terms appended. Every latent site of the guide must be
+fully reparameterised (Pyro's :func:`~pyro.infer.util.check_fully_reparametrized`; the error
+names the site, e.g. a discrete latent). A latent site's KL is masked and scaled as its guide
+site is, as Pyro's is: a latent masked out in the model alone keeps its closed-form KL.
 
-- Pyro scores every site of both traces before the loss is formed (``compute_log_prob`` and
-  ``compute_score_parts``), including every latent site whose KL is then taken in closed
-  form; here a site is scored only when the estimator reads its log-density (observed
-  sites, latent sites without a closed-form KL, auxiliary guide sites).
-- Pyro reads the loss on the host every call (``torch_item`` of each particle and of the
-  surrogate, ``warn_if_nan`` on the value and, through a hook, on its gradient): on a GPU
-  each read stalls the step until the device catches up. With a fully reparameterised
-  mean-field guide the surrogate loss *is* the loss, so :meth:`MeanFieldELBO.training_loss`
-  (the engine's step) returns it on the device and leaves NaNs to the engine, which checks
-  once per logging interval. Pyro's interface reads and warns as Pyro's does: ``loss`` and
-  ``loss_and_grads`` return floats, ``loss`` and ``differentiable_loss`` warn
-  "Encountered NaN: loss".
-
-Under Pyro's validation (``pyro.enable_validation()``, Pyro's default) the model and guide
-must match, every scored site's shape is checked against its plates, every latent site of
-the guide must be fully reparameterised (an ``rsample`` and no score-function term, Pyro's
-``check_fully_reparametrized``; the error names the site, e.g. a discrete latent), an
-enumerated guide site is warned about, and so are model and guide sites in different
-orders (the mean-field restriction), as with Pyro's :class:`~pyro.infer.TraceMeanField_ELBO`.
-A latent site's KL is masked and scaled as its guide site is, as Pyro's is: a latent masked
-out in the model alone keeps its closed-form KL.
+Pyro's interface reads and warns as Pyro's does (``loss`` and ``loss_and_grads`` return floats,
+``loss`` and ``differentiable_loss`` warn "Encountered NaN: loss"). The engine's step,
+:meth:`MeanFieldELBO.training_loss`, returns the loss on the device and leaves NaNs to the
+engine, which checks once per logging interval: on a GPU each read of a value on the host
+stalls the step until the device catches up.
 """
 from __future__ import annotations
 
@@ -49,86 +38,21 @@ from typing import Any
 import pyro
 import torch
 from pyro import poutine
+from pyro.distributions import MaskedDistribution
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
-
-# Pyro's own mean-field order check (private): TraceMeanField_ELBO runs it in its _get_trace,
-# which MeanFieldELBO replaces to score lazily, so MeanFieldELBO's _get_trace calls it.
-from pyro.infer.trace_mean_field_elbo import _check_mean_field_requirement
 from pyro.infer.util import check_fully_reparametrized, is_validation_enabled, torch_item
 from pyro.poutine.messenger import Messenger
+from pyro.poutine.runtime import effectful
 from pyro.poutine.trace_struct import Trace
-from pyro.poutine.util import prune_subsample_sites
-from pyro.util import check_if_enumerated, check_model_guide_match, check_site_shape, warn_if_nan
+from pyro.util import warn_if_nan
 from torch import nn
 
 from ppl_vae._validation import boolean, finite
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
 from ppl_vae.infer.terms import Term, TermSites, closed_form_kl, site_points
 
-__all__ = ["MeanFieldELBO", "scored_site"]
-
-
-def scored_site(trace: Trace, name: str) -> dict[str, Any]:
-    """The site ``name`` of ``trace`` with its ``log_prob``, ``unscaled_log_prob`` (batch shape)
-    and ``log_prob_sum`` (scalar), computed by Pyro's ``Trace.compute_log_prob`` and kept in
-    the site for later calls; a value kept under ``torch.no_grad()`` is computed again when
-    gradients are enabled, so a detached score never reaches a loss.
-
-    :param trace: a model or guide trace (its sites' ``log_prob`` are added to it).
-    :param name: the name of a sample site of ``trace``."""
-    site = trace.nodes[name]
-    if torch.is_grad_enabled() and site.get("_scored_without_grad"):
-        for key in ("log_prob", "unscaled_log_prob", "log_prob_sum"):
-            site.pop(key, None)
-    if "log_prob_sum" not in site:
-        site["_scored_without_grad"] = not torch.is_grad_enabled()
-        trace.compute_log_prob(site_filter=lambda site_name, _: site_name == name)
-    return site
-
-
-def check_reparameterised(site: dict[str, Any]) -> None:
-    """Pyro's :func:`~pyro.infer.util.check_fully_reparametrized` on a guide site (an ``rsample``
-    and a zero score-function term), its ``score_parts`` computed and kept in the site as
-    Pyro's ``Trace.compute_score_parts`` would; the ``NotImplementedError`` names the site."""
-    if "score_parts" not in site:
-        score_parts = site["fn"].score_parts(site["value"], *site["args"], **site["kwargs"])
-        site["score_parts"] = score_parts.scale_and_mask(site["scale"], site["mask"])
-    try:
-        check_fully_reparametrized(site)
-    except NotImplementedError as error:
-        raise NotImplementedError(
-            f"{error} The guide's site {site['name']!r} is a {type(site['fn']).__name__}, which has no rsample "
-            "or a score-function term (a discrete or rejection-sampled latent)"
-        ) from None
-
-
-def is_replaced(site: dict[str, Any]) -> bool:
-    """Whether a sample site is marked ``mask=False``: it adds nothing to the ELBO and is never scored."""
-    return site["mask"] is False
-
-
-class _MaskSites(Messenger):
-    """Marks the sample sites ``names`` ``mask=False`` (applied outside the model's own handlers)."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        super().__init__()
-        self.names = frozenset(names)
-
-    def _process_message(self, msg: dict[str, Any]) -> None:
-        if msg["type"] == "sample" and msg["name"] in self.names:
-            msg["mask"] = False
-
-
-class _SampleSites(Messenger):
-    """Keeps every sample site's message (as the model's handlers leave it) while the model runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sites: dict[str, dict[str, Any]] = {}
-
-    def _pyro_post_sample(self, msg: dict[str, Any]) -> None:
-        self.sites[msg["name"]] = msg
+__all__ = ["MeanFieldELBO"]
 
 
 def model_module(model: Callable) -> nn.Module | None:
@@ -137,43 +61,53 @@ def model_module(model: Callable) -> nn.Module | None:
     return owner if isinstance(owner, nn.Module) else None
 
 
-def _detached(value: torch.Tensor | float) -> torch.Tensor | float:
-    return value.detach() if torch.is_tensor(value) else value
+def is_replaced(site: dict[str, Any]) -> bool:
+    """Whether a sample site is marked ``mask=False``: it adds nothing to the ELBO."""
+    return site["mask"] is False
 
 
-class _TermValues:
-    """One particle's term values, recorded while the model runs and carried to the loss in the
-    model trace (node ``_TERMS``, type ``"terms"``, which Pyro's scoring and checks skip).
+class _MaskSites(Messenger):
+    """Marks the sample sites ``names`` ``mask=False`` and wraps their distributions in a
+    ``MaskedDistribution(fn, False)``, which Pyro scores as 0 without evaluating ``fn`` (a
+    replaced site's value may lie outside the support of its model's distribution, as the
+    relaxed c of PartedVAE does under its one-hot prior); applied outside the model's own
+    handlers. Terms read the sites unwrapped (:func:`~ppl_vae.infer.terms.unmasked`)."""
 
-    :param keep_graph: keep the values' graphs (:meth:`MeanFieldELBO.differentiable_terms`);
-        otherwise they are recorded detached."""
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self.names = frozenset(names)
 
-    NODE = "_TERMS"
+    def _process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "sample" and msg["name"] in self.names:
+            msg["fn"], msg["mask"] = MaskedDistribution(msg["fn"], False), False
 
-    def __init__(self, keep_graph: bool) -> None:
-        self.keep_graph = keep_graph
-        #: Per-point value of each term and ``<term>/<part>``, in the order evaluated.
+
+class _Call(Messenger):
+    """One call of a :class:`MeanFieldELBO` method, entered around Pyro's particle loop: what
+    the terms read besides the traces (their keyword arguments, the training step) and what
+    they give back for the particle last run (per-point values and parts, detached unless
+    ``keep_graph``, and their auxiliary steps' arguments). The objective's particle hook
+    reaches it as the effect ``"mean_field_call"`` (:func:`_current_call`), so nothing is
+    stored in Pyro's traces or kept by the objective between calls."""
+
+    def __init__(self, inputs: Mapping[str, Any], step: int | torch.Tensor | None, keep_graph: bool) -> None:
+        super().__init__()
+        self.inputs, self.step, self.keep_graph = dict(inputs), step, keep_graph
         self.logged: dict[str, torch.Tensor | float] = {}
-        #: The terms' arguments for their auxiliary steps (:meth:`~ppl_vae.infer.Term.step_arguments`).
         self.step_arguments: dict[str, dict[str, torch.Tensor]] = {}
 
+    def _pyro_mean_field_call(self, msg: dict[str, Any]) -> None:
+        msg["value"] = self
+
     def kept(self, value: torch.Tensor | float) -> torch.Tensor | float:
-        """``value`` as this particle's values keep it: detached unless :attr:`keep_graph`."""
-        return value if self.keep_graph else _detached(value)
+        """``value`` as this call keeps term values: detached unless :attr:`keep_graph`."""
+        return value.detach() if torch.is_tensor(value) and not self.keep_graph else value
 
-    def record(self, name: str, value: torch.Tensor | float) -> None:
-        """Keep ``value`` under ``name`` (:meth:`kept`)."""
-        self.logged[name] = self.kept(value)
 
-    def add_to(self, model_trace: Trace) -> None:
-        """Put these values into ``model_trace``."""
-        model_trace.add_node(self.NODE, type="terms", value=self)
-
-    @classmethod
-    def of(cls, model_trace: Trace) -> _TermValues:
-        """The values in ``model_trace`` (none for a trace without terms)."""
-        node = model_trace.nodes.get(cls.NODE)
-        return node["value"] if node is not None else cls(keep_graph=False)
+@effectful(type="mean_field_call")
+def _current_call() -> _Call:
+    """The innermost :class:`_Call` (outside one: a call with no inputs, step or values kept)."""
+    return _Call({}, None, keep_graph=False)
 
 
 class MeanFieldELBO(TraceMeanField_ELBO):
@@ -193,18 +127,18 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     without beta; absent when it counts none), and each term's value under its name with its
     parts as ``<name>/<part>``; and the arguments the terms hand to their auxiliary steps.
     After each call of Pyro's interface (:meth:`differentiable_loss`, :meth:`loss`,
-    ``loss_and_grads``: a plain SVI loop), :attr:`logged` holds the same values (after
-    :meth:`traces`, the terms' only: nothing is scored there); the objective keeps no other
-    state between calls.
+    :meth:`loss_and_grads`: a plain SVI loop), :attr:`logged` holds the same values (after
+    :meth:`traces`, the terms' only); the objective keeps no other state between calls.
 
     Calling: the methods that run the model (:meth:`training_loss`, :meth:`differentiable_loss`,
-    :meth:`loss`, :meth:`traces`, :meth:`differentiable_terms`) take ``(model, guide, *args,
-    **kwargs)``, the model and guide callables and their arguments (e.g. ``x=batch``); a model
-    that is a method of an ``nn.Module``, such as ``vae.model``, lets the terms read its networks.
-    Keyword arguments that a term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the
-    ``aggregate_data`` of :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms,
-    not to the model and guide. So does ``step``, the training step (an int >= 0 or a 0-dim
-    tensor) that the terms' schedules read (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`); with
+    :meth:`loss`, :meth:`loss_and_grads`, :meth:`traces`, :meth:`differentiable_terms`) take
+    ``(model, guide, *args, **kwargs)``, the model and guide callables and their arguments
+    (e.g. ``x=batch``); a model that is a method of an ``nn.Module``, such as ``vae.model``, lets
+    the terms read its networks. Keyword arguments that a term takes
+    (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the ``aggregate_data`` of
+    :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms, not to the model
+    and guide. So does ``step``, the training step (an int >= 0 or a 0-dim tensor) that the
+    terms' schedules read (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`); with
     ``model_takes_step`` it goes to the model and guide as well.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
@@ -223,7 +157,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :class:`~ppl_vae.models.PartedVAE`'s attention sharpness does); otherwise only the
         terms read it.
     :param kwargs: passed to :class:`~pyro.infer.TraceMeanField_ELBO` (``num_particles``,
-        ``max_plate_nesting``).
+        ``max_plate_nesting``, ``vectorize_particles``).
     """
 
     def __init__(self, beta: float = 1.0, terms: Sequence[Term] = (), model_takes_step: bool = False, **kwargs: Any) -> None:
@@ -241,23 +175,10 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         self._term_names = frozenset(names)
         self._term_inputs = frozenset(name for term in self.terms for name in term.inputs())
         #: The per-point values of the last particle of the last call of Pyro's interface
-        #: (:meth:`differentiable_loss`, :meth:`loss`, ``loss_and_grads``), by name:
+        #: (:meth:`differentiable_loss`, :meth:`loss`, :meth:`loss_and_grads`), by name:
         #: ``reconstruction``, ``kl`` and each term with its parts (class docstring; after
         #: :meth:`traces`, the terms' only); detached scalar tensors.
         self.logged: dict[str, torch.Tensor] = {}
-
-    def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """What :attr:`logged` holds after one particle (reconstruction, kl, every term and its
-        parts, per point and unweighted), with gradients: for inspecting which parameters each
-        term reaches (a term of weight 0 included).
-
-        :param model: the model callable (class docstring: calling).
-        :param guide: the guide callable.
-        :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
-            (class docstring: calling)."""
-        model_trace, guide_trace = self._traces(model, guide, args, kwargs, keep_graph=True)
-        return self._particle(model_trace, guide_trace)[1]
 
     def term(self, name: str) -> Term:
         """The term named ``name``; a ``KeyError`` if there is none.
@@ -268,47 +189,6 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 return term
         raise KeyError(f"no term named {name!r}; the terms are {[t.name for t in self.terms]}")
 
-    def _with_terms(
-        self,
-        model: Callable,
-        guide: Callable,
-        guide_trace: Trace,
-        module: nn.Module | None,
-        inputs: Mapping[str, Any],
-        step: int | torch.Tensor | None,
-        values: _TermValues,
-    ) -> Callable:
-        """The model followed by one ``pyro.factor(term.name, -w N v)`` per term of weight
-        ``w > 0``, outside every plate, its sites read against ``guide_trace`` (the guide's run
-        on the same arguments); each term's value and parts go to ``values``.
-
-        :param model: the model callable.
-        :param guide: the guide callable (the terms may encode other data with it).
-        :param guide_trace: the guide's trace of the same particle.
-        :param module: the module the terms read networks from (``None``: no module).
-        :param inputs: the keyword arguments the terms take (:meth:`~ppl_vae.infer.Term.inputs`).
-        :param step: the training step the terms' schedules read
-            (the ``step`` of :class:`~ppl_vae.infer.TermSites`).
-        :param values: where the terms' values, parts and step arguments are recorded
-            (detached unless ``values.keep_graph``)."""
-
-        def model_with_terms(*args, **kwargs):
-            with _SampleSites() as capture:
-                result = model(*args, **kwargs)
-            sites = TermSites(guide_trace, capture.sites, module, guide, dict(inputs), step)
-            for term in self.terms:
-                with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or values.keep_graph)):
-                    value, parts = term.evaluate(sites)
-                values.record(term.name, value)
-                for part, part_value in parts.items():
-                    values.record(f"{term.name}/{part}", part_value)
-                if term.weight > 0:
-                    pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
-                values.step_arguments.update(term.step_arguments(sites))
-            return result
-
-        return model_with_terms
-
     def replaced_sites(self, model: Callable) -> tuple[str, ...]:
         """The sites the terms replace, for ``model``.
 
@@ -316,84 +196,61 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         module = model_module(model)
         return tuple(dict.fromkeys(name for term in self.terms for name in term.replaced_sites(module)))
 
-    def traces(self, model: Callable, guide: Callable, *args, **kwargs) -> tuple[Trace, Trace]:
-        """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
-        every term as a ``pyro.factor`` site, the replaced sites marked ``mask=False``, and a
-        node ``_TERMS`` of type ``"terms"`` that carries the terms' per-point values to the
-        loss; :attr:`logged` then holds those values and parts (nothing is scored yet, so no
-        ``reconstruction`` or ``kl``).
-
-        :param model: the model callable (class docstring: calling).
-        :param guide: the guide callable.
-        :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
-            (class docstring: calling)."""
-        model_trace, guide_trace = self._traces(model, guide, args, kwargs, keep_graph=False)
-        self.logged = dict(_TermValues.of(model_trace).logged)
-        return model_trace, guide_trace
-
-    def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
-        """One particle's traces (Pyro's hook, called by ``_get_traces`` for every particle)."""
-        return self._traces(model, guide, args, kwargs, keep_graph=False)
-
-    def _guess_max_plate_nesting(self, model, guide, args, kwargs) -> None:
-        """Pyro's guess, run on the model's and guide's own keyword arguments: Pyro's hook, which
-        ``_get_traces`` calls with the call's (the terms' and ``step`` among them) when
-        ``vectorize_particles`` is set and ``max_plate_nesting`` is not."""
-        super()._guess_max_plate_nesting(model, guide, args, self._split_arguments(kwargs)[0])
-
-    def _split_arguments(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], Any]:
-        """``(model_kwargs, inputs, step)``: a call's keyword arguments split into the model's and
-        guide's, the terms' (:meth:`~ppl_vae.infer.Term.inputs`) and the training step (``None``
+    def _call(self, kwargs: Mapping[str, Any], keep_graph: bool = False) -> tuple[dict[str, Any], _Call]:
+        """A call's keyword arguments split into the model's and guide's, and a :class:`_Call`
+        with the terms' (:meth:`~ppl_vae.infer.Term.inputs`) and the training step (``None``
         when not given; also the model's with ``model_takes_step``)."""
         inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
         model_kwargs = {name: value for name, value in kwargs.items()
                         if name not in inputs and (name != "step" or self.model_takes_step)}
-        return model_kwargs, inputs, kwargs.get("step")
+        return model_kwargs, _Call(inputs, kwargs.get("step"), keep_graph)
 
-    def _traces(self, model, guide, args, kwargs, keep_graph: bool) -> tuple[Trace, Trace]:
-        """One particle's ``(model_trace, guide_trace)``, the model's carrying the terms' values
-        (:class:`_TermValues`, kept with their graphs when ``keep_graph``)."""
-        kwargs, inputs, step = self._split_arguments(kwargs)
-        values = _TermValues(keep_graph)
+    def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
+        """One particle's ``(model_trace, guide_trace)``: TraceMeanField_ELBO's, the replaced
+        sites masked and the model followed by one ``pyro.factor(term.name, -w N v)`` per term
+        of weight ``w > 0``, read against the particle's guide sites.
+
+        Pyro's per-particle hook, which TraceMeanField_ELBO overrides too: Pyro has no public
+        hook that adds sites to a particle's model after its guide has run, outside the plate
+        that vectorises particles (a term's factor counts once per call, not once per particle)."""
         if isinstance(poutine.unwrap(guide), Messenger):
             if self.terms:
                 raise ValueError("extra terms need a guide function, not a GuideMessenger")
-            model_trace, guide_trace = super()._get_trace(model, guide, args, kwargs)
-            values.add_to(model_trace)
-            return model_trace, guide_trace
-        module, plain_guide = model_module(model), guide
+            return super()._get_trace(model, guide, args, kwargs)
+        call, module, plain_guide = _current_call(), model_module(model), guide
         replaced = self.replaced_sites(model)
         if replaced:
             model, guide = _MaskSites(replaced)(model), _MaskSites(replaced)(guide)
-        guide_trace = poutine.trace(guide).get_trace(*args, **kwargs)
-        if self.terms:
-            model = self._with_terms(model, plain_guide, guide_trace, module, inputs, step, values)
-        model_trace = poutine.trace(poutine.replay(model, trace=guide_trace)).get_trace(*args, **kwargs)
-        if is_validation_enabled():
-            check_model_guide_match(model_trace, guide_trace, self.max_plate_nesting)
-        model_trace, guide_trace = prune_subsample_sites(model_trace), prune_subsample_sites(guide_trace)
-        if is_validation_enabled():
-            for trace in (model_trace, guide_trace):
-                trace.compute_log_prob(site_filter=lambda _, site: not is_replaced(site))
-                for site in trace.nodes.values():
-                    if site["type"] == "sample" and not is_replaced(site):
-                        check_site_shape(site, self.max_plate_nesting)
-            check_if_enumerated(guide_trace)
-            _check_mean_field_requirement(model_trace, guide_trace)
-        values.add_to(model_trace)
-        return model_trace, guide_trace
+        if not self.terms:
+            return super()._get_trace(model, guide, args, kwargs)
+        traced_guide = poutine.trace(guide)
 
-    def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
+        def model_with_terms(*args, **kwargs):
+            traced_model = poutine.trace(model)
+            result = traced_model(*args, **kwargs)
+            model_sites = {name: site for name, site in traced_model.trace.nodes.items() if site["type"] == "sample"}
+            sites = TermSites(traced_guide.trace, model_sites, module, plain_guide, call.inputs, call.step)
+            for term in self.terms:
+                with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or call.keep_graph)):
+                    value, parts = term.evaluate(sites)
+                call.logged[term.name] = call.kept(value)
+                call.logged.update({f"{term.name}/{part}": call.kept(v) for part, v in parts.items()})
+                if term.weight > 0:
+                    pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
+                call.step_arguments.update(term.step_arguments(sites))
+            return result
+
+        return super()._get_trace(model_with_terms, traced_guide, args, kwargs)
+
+    def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[float, torch.Tensor]:
         """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss a float, as Pyro's), Pyro's hook
         (``loss_and_grads``, a plain SVI step); :attr:`logged` then holds the particle's values."""
-        surrogate, self.logged = self._particle(model_trace, guide_trace)
+        surrogate, self.logged = self._particle(model_trace, guide_trace, _current_call())
         return torch_item(surrogate), surrogate
 
-    def _particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _particle(self, model_trace: Trace, guide_trace: Trace, call: _Call) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(surrogate, logged)`` of one particle: ``-ELBO`` (differentiable) and the per-point
-        values of the class docstring, kept as the traces' term values are (:class:`_TermValues`)."""
-        values = _TermValues.of(model_trace)
+        values of the class docstring, kept as ``call`` keeps the terms' values."""
         log_likelihood: torch.Tensor | float = 0.0
         kl_total: torch.Tensor | float = 0.0
         reconstruction: torch.Tensor | float = 0.0
@@ -404,33 +261,30 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             if site["is_observed"]:
                 if is_replaced(site):
                     continue
-                log_prob_sum = scored_site(model_trace, name)["log_prob_sum"]
-                log_likelihood = log_likelihood + log_prob_sum
+                log_likelihood = log_likelihood + site["log_prob_sum"]
                 if name not in self._term_names:
-                    reconstruction = reconstruction - values.kept(log_prob_sum) / site_points(site)
+                    reconstruction = reconstruction - call.kept(site["log_prob_sum"]) / site_points(site)
                 continue
             guide_site = guide_trace.nodes[name]
             if is_replaced(site) and is_replaced(guide_site):  # a KL of 0 (Pyro masks it with the guide's mask)
                 continue
-            if is_validation_enabled():
-                check_reparameterised(guide_site)
+            _check_reparameterised(guide_site)
             kl = closed_form_kl(guide_site["fn"], site["fn"])
             if kl is None:  # log q - log p at the guide's sample, from the traces' scores (Pyro's)
-                kl = scored_site(guide_trace, name)["log_prob_sum"] - scored_site(model_trace, name)["log_prob_sum"]
+                kl = guide_site["log_prob_sum"] - site["log_prob_sum"]
             else:
                 kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
                 kl = kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
             kl_total = kl_total + kl
-            counted_kl = (0.0 if counted_kl is None else counted_kl) + values.kept(kl) / site_points(guide_site)
+            counted_kl = (0.0 if counted_kl is None else counted_kl) + call.kept(kl) / site_points(guide_site)
         for name, guide_site in guide_trace.nodes.items():
             if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
                 if not guide_site["infer"].get("is_auxiliary"):  # Pyro's estimator asserts the same
                     raise AssertionError(f"the guide's site {name!r} is not in the model: mark it "
                                          "infer={'is_auxiliary': True} if it is an auxiliary variable")
-                if is_validation_enabled():
-                    check_reparameterised(guide_site)
-                kl_total = kl_total + scored_site(guide_trace, name)["log_prob_sum"]
-        logged = dict(values.logged)
+                _check_reparameterised(guide_site)
+                kl_total = kl_total + guide_site["log_prob_sum"]
+        logged = dict(call.logged)
         logged["reconstruction"] = torch.as_tensor(reconstruction)
         if counted_kl is not None:
             logged["kl"] = torch.as_tensor(counted_kl)
@@ -446,21 +300,17 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
             (class docstring: calling)."""
+        kwargs, call = self._call(kwargs)
         loss: torch.Tensor | float = 0.0
-        for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
-            surrogate, logged = self._particle(model_trace, guide_trace)
-            loss = loss + surrogate / self.num_particles
-        return TrainingLoss(loss, logged, _TermValues.of(model_trace).step_arguments)
+        with call:  # Pyro's loop over particles (sequential, or vectorised in one trace) is ELBO._get_traces alone
+            for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
+                surrogate, logged = self._particle(model_trace, guide_trace, call)
+                loss = loss + surrogate / self.num_particles
+        return TrainingLoss(loss, logged, call.step_arguments)
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
         """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last
-        particle's per-point values.
-
-        :param model: the model callable (class docstring: calling).
-        :param guide: the guide callable.
-        :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
-            (class docstring: calling)."""
+        particle's per-point values. Arguments as :meth:`training_loss`'s."""
         result = self.training_loss(model, guide, *args, **kwargs)
         self.logged = result.logged
         return warn_if_nan(result.loss, "loss")
@@ -468,14 +318,36 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
         """The same objective as :meth:`differentiable_loss`, as a float (what
-        ``SVI.evaluate_loss`` reports).
-
-        :param model: the model callable (class docstring: calling).
-        :param guide: the guide callable.
-        :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
-            (class docstring: calling)."""
+        ``SVI.evaluate_loss`` reports). Arguments as :meth:`training_loss`'s."""
         return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
+
+    def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
+        """Pyro's (``SVI.step``): the loss as a float, its gradients accumulated in the
+        parameters; :attr:`logged` then holds the last particle's values. Arguments as
+        :meth:`training_loss`'s."""
+        kwargs, call = self._call(kwargs)
+        with call:
+            return super().loss_and_grads(model, guide, *args, **kwargs)
+
+    def traces(self, model: Callable, guide: Callable, *args, **kwargs) -> tuple[Trace, Trace]:
+        """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
+        every term as a ``pyro.factor`` site and the replaced sites marked ``mask=False``;
+        :attr:`logged` then holds the terms' per-point values and parts. Arguments as
+        :meth:`training_loss`'s."""
+        kwargs, call = self._call(kwargs)
+        with call:  # one particle: Pyro's hook for it is ELBO._get_trace alone
+            traces = self._get_trace(model, guide, args, kwargs)
+        self.logged = dict(call.logged)
+        return traces
+
+    def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """What :attr:`logged` holds after one particle (reconstruction, kl, every term and its
+        parts, per point and unweighted), with gradients: for inspecting which parameters each
+        term reaches (a term of weight 0 included). Arguments as :meth:`training_loss`'s."""
+        kwargs, call = self._call(kwargs, keep_graph=True)
+        with call:  # one particle: Pyro's hook for it is ELBO._get_trace alone
+            model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
+        return self._particle(model_trace, guide_trace, call)[1]
 
     def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
         """The optimisation steps the terms need besides the ELBO step (e.g. a TC discriminator's).
@@ -489,3 +361,17 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         for term in self.terms:
             modules.update(term.auxiliary_modules())
         return modules
+
+
+def _check_reparameterised(site: dict[str, Any]) -> None:
+    """Under validation, Pyro's :func:`~pyro.infer.util.check_fully_reparametrized` on a scored
+    guide site, its ``NotImplementedError`` naming the site."""
+    if not is_validation_enabled():
+        return
+    try:
+        check_fully_reparametrized(site)
+    except NotImplementedError as error:
+        raise NotImplementedError(
+            f"{error} The guide's site {site['name']!r} is a {type(site['fn']).__name__}, which has no rsample "
+            "or a score-function term (a discrete or rejection-sampled latent)"
+        ) from None

@@ -85,6 +85,15 @@ def site_points(site: dict) -> torch.Tensor | float:
     return site["fn"].batch_shape.numel() * site["scale"]
 
 
+def unmasked(site: dict) -> dict:
+    """A site as the model or guide wrote it: for a site an objective masks out because a term
+    replaces it (``mask=False``, its ``fn`` wrapped in a ``MaskedDistribution`` so that Pyro's
+    scoring never evaluates it), the same site with the distribution it was drawn from."""
+    if site["mask"] is False and isinstance(site["fn"], dist.MaskedDistribution):
+        return {**site, "fn": site["fn"].base_dist}
+    return site
+
+
 @dataclass(frozen=True)
 class TermSites:
     """What a term reads for one particle.
@@ -127,20 +136,20 @@ class TermSites:
         return schedule(self.step)
 
     def model_site(self, name: str) -> dict:
-        """The model's sample site ``name``; a ``ValueError`` naming it if the model has none.
+        """The model's sample site ``name`` (:func:`unmasked`); a ``ValueError`` naming it if the model has none.
 
         :param name: the site's name."""
         if name not in self.model_sites:
             raise ValueError(f"the model has no sample site {name!r}; its sites are {sorted(self.model_sites)}")
-        return self.model_sites[name]
+        return unmasked(self.model_sites[name])
 
     def guide_site(self, name: str) -> dict:
-        """The guide's sample site ``name``; a ``ValueError`` naming it if the guide has none.
+        """The guide's sample site ``name`` (:func:`unmasked`); a ``ValueError`` naming it if the guide has none.
 
         :param name: the site's name."""
         if name not in self.guide_trace.nodes or self.guide_trace.nodes[name]["type"] != "sample":
             raise ValueError(f"the guide has no sample site {name!r}")
-        return self.guide_trace.nodes[name]
+        return unmasked(self.guide_trace.nodes[name])
 
     def num_points(self, name: str) -> torch.Tensor | float:
         """N for the model site ``name``: its batch size times its scale (the data plate's

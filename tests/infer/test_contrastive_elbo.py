@@ -36,7 +36,7 @@ def changed(before: dict[str, torch.Tensor], module: torch.nn.Module) -> list[st
 def test_total_correlation_is_a_factor_site_scaled_like_the_target_plate():
     model, elbo, data = small_model(), ContrastiveELBO(gamma=2.0, discriminator="mlp"), batch()
     elbo.auxiliary_steps(model)
-    model_trace, guide_trace = elbo._get_trace(model.model, model.guide, (), data)
+    model_trace, guide_trace = elbo.traces(model.model, model.guide, **data)
     site = model_trace.nodes["total_correlation"]
     s, z = guide_trace.nodes["target_s"]["value"], guide_trace.nodes["target_z"]["value"]
     expected = -2.0 * (64 / 16) * elbo.log_density_ratio(s, z).sum()

@@ -7,7 +7,7 @@ import torch
 from pyro import poutine
 from pyro.infer import TraceMeanField_ELBO
 
-from ppl_vae.infer.mean_field import MeanFieldELBO, scored_site
+from ppl_vae.infer.mean_field import MeanFieldELBO
 
 DATA = torch.randn(6, 3)
 
@@ -65,17 +65,6 @@ def test_loss_is_the_differentiable_loss_as_a_float():
     assert value == pytest.approx(float(elbo.differentiable_loss(model, guide, DATA).detach()))
 
 
-def test_without_validation_latent_sites_with_a_closed_form_kl_are_not_scored():
-    guide(DATA)
-    elbo = MeanFieldELBO()
-    with pyro.validation_enabled(False):
-        model_trace, guide_trace = elbo._get_trace(model, guide, (DATA,), {})
-        elbo._differentiable_loss_particle(model_trace, guide_trace)
-    assert "log_prob" not in model_trace.nodes["z"] and "log_prob" not in guide_trace.nodes["z"]
-    assert "log_prob_sum" in model_trace.nodes["w"] and "log_prob_sum" in guide_trace.nodes["w"]
-    assert "log_prob_sum" in model_trace.nodes["x"] and "log_prob_sum" in guide_trace.nodes["auxiliary"]
-
-
 @pytest.mark.parametrize("validate", [False, True])
 def test_a_guide_that_misses_a_latent_model_site_fails_naming_it(validate):
     def partial_guide(x, subsample_size=None):
@@ -115,8 +104,8 @@ def _objectives() -> dict:
 
 @pytest.mark.parametrize("name", ["decomposition_mmd", "decomposition_inclusive_kl", "parted", "contrastive"])
 def test_library_objectives_train_the_same_with_and_without_validation(name):
-    """Without validation the lean path scores fewer sites; loss, logged terms and every
-    parameter's gradient must still be those of Pyro's validated path."""
+    """Validation only checks: loss, logged terms and every parameter's gradient are the same
+    with and without it."""
     model, objective, batch = _objectives()[name]
     results = []
     for validate in (True, False):
@@ -137,18 +126,6 @@ def test_library_objectives_train_the_same_with_and_without_validation(name):
         assert (off is None) == (on is None)
         if on is not None:
             torch.testing.assert_close(off, on)
-
-
-def test_a_site_scored_without_gradients_is_scored_again_for_the_loss():
-    guide(DATA)
-    elbo = MeanFieldELBO()
-    with pyro.validation_enabled(False):
-        model_trace, guide_trace = elbo._get_trace(model, guide, (DATA,), {})
-        with torch.no_grad():
-            assert not scored_site(model_trace, "x")["log_prob_sum"].requires_grad
-        _, surrogate = elbo._differentiable_loss_particle(model_trace, guide_trace)
-    assert model_trace.nodes["x"]["log_prob_sum"].requires_grad
-    assert surrogate.requires_grad
 
 
 @pytest.mark.parametrize("name", ["decomposition_mmd", "parted", "contrastive"])

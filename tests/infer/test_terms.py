@@ -76,14 +76,18 @@ def test_each_paper_term_is_a_named_factor_site_outside_the_plates(name):
     assert expected <= set(objective.logged)
 
 
-def test_parted_replaced_sites_are_masked_and_never_scored():
-    """The relaxed c, whose density underflows at low temperature, is not evaluated at all."""
+def test_parted_replaced_sites_are_masked_and_scored_zero_without_evaluating_their_distributions():
+    """The relaxed c, whose density underflows at low temperature and lies outside the support of
+    the model's one-hot prior, is never evaluated: under validation its distribution would refuse it."""
     model, objective = parted(), PartedELBO()
-    model_trace, guide_trace = objective.traces(model.model, model.guide, binary(8), step=0)
+    with pyro.validation_enabled(True):
+        model_trace, guide_trace = objective.traces(model.model, model.guide, binary(8), step=0)
     for trace in (model_trace, guide_trace):
         for site in ("z", "c0", "u0"):
-            assert trace.nodes[site]["mask"] is False
-            assert "log_prob" not in trace.nodes[site]
+            node = trace.nodes[site]
+            assert node["mask"] is False and isinstance(node["fn"], pyro.distributions.MaskedDistribution)
+            assert not node["log_prob"].any()
+    assert isinstance(model_trace.nodes["c0"]["fn"].base_dist, pyro.distributions.OneHotCategorical)
     assert "mask" in model_trace.nodes["x"] and model_trace.nodes["x"]["mask"] is None
 
 
