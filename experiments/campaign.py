@@ -316,18 +316,19 @@ class MNISTLabelsScoring:
     final figures are the accuracy, at the best curve point's weights, on the other held-out
     images (``accuracy``), that of the same encoder and class head trained on the labels alone
     to the same kind of plateau (``labels_alone_accuracy``,
-    :func:`ppl_vae.recipes.parted.train_classifier_alone`), their difference (``gap``) and the
+    :func:`experiments.held_out.train_classifier_alone`), their difference (``gap``) and the
     best steps of both."""
 
     def __init__(self, run: Run, config: Any) -> None:
-        from ppl_vae.recipes.parted import mnist_pools, split_held_out
+        from experiments.held_out import split_held_out
+        from ppl_vae.recipes.parted import mnist_pools
 
         self.run, self.config = run, config
         self.pool, held_out = mnist_pools(config)
         self.validation, self.test = split_held_out(held_out, run.validation_images, run.seed)
 
     def curve(self) -> Any:
-        from ppl_vae.recipes.parted import held_out_accuracy
+        from experiments.held_out import held_out_accuracy
         from ppl_vae.train import PeriodicEvaluation
 
         validation = self.validation
@@ -336,10 +337,11 @@ class MNISTLabelsScoring:
                                   evaluate_at_end=False)
 
     def score(self, model: Any, labelled: Mapping[str, Any], best_step: int) -> dict[str, float]:
-        from ppl_vae.recipes.parted import held_out_accuracy, train_classifier_alone
+        from experiments.held_out import held_out_accuracy, train_classifier_alone
 
         accuracy = held_out_accuracy(model, self.test)
-        alone, trained = train_classifier_alone(self.config, tuple(self.pool.x.shape[1:]), labelled, self.validation,
+        alone, trained = train_classifier_alone(self.config, tuple(self.pool.x.shape[1:]), model.num_classes[0],
+                                                labelled, self.validation,
                                                 self.run.curve_every, self.run.patience, self.run.steps)
         alone_accuracy = held_out_accuracy(alone, self.test)
         return {"accuracy": accuracy, "labels_alone_accuracy": alone_accuracy, "gap": accuracy - alone_accuracy,
@@ -518,6 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--deadline", type=float, required=True, help="seconds since the epoch")
     worker.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = parser.parse_args(argv)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # experiments.held_out
     args.checkpoints = args.checkpoints or default_checkpoints()
     try:
         runs = read_manifest(args.manifest)

@@ -40,8 +40,8 @@ size (64, theirs too) and the evaluation: :class:`experiments.campaign.DSpritesS
 Factor score under the standard and the authors' protocol, MIG, SAP, DCI, beta-VAE, and shape
 accuracy for PartedVAE) applied to their encoder's means (PartedVAE: z and u means in eval mode,
 as their ``utils/metrics.py`` takes them; Decomposition VAE: the mean of q(z|x)), and for MNIST
-the campaign's held-out split and accuracy (:func:`ppl_vae.recipes.parted.split_held_out`,
-:func:`~ppl_vae.recipes.parted.held_out_accuracy`) with the campaign's curve interval and
+the campaign's held-out split and accuracy (:func:`experiments.held_out.split_held_out`,
+:func:`~experiments.held_out.held_out_accuracy`) with the campaign's curve interval and
 patience; MNIST's labels-alone baseline is their encoder and class head trained by their
 warm-up step alone to the same kind of plateau.
 
@@ -604,7 +604,7 @@ def evaluate_curve(control: Control, seed: int, training: Any) -> None:
         values = factor_scores(encoder.encode, training.data["source"], votes=control.curve_votes, seed=seed,
                                progress=False)
     else:
-        from ppl_vae.recipes.parted import held_out_accuracy
+        from experiments.held_out import held_out_accuracy
 
         values = {"accuracy": held_out_accuracy(encoder, training.data["scoring"].validation)}
     training.model.train()
@@ -625,7 +625,7 @@ def labels_alone_accuracy(control: Control, seed: int, classes: tuple[type, type
     validation set; (test accuracy at the best point, best step)."""
     import copy
 
-    from ppl_vae.recipes.parted import held_out_accuracy
+    from experiments.held_out import held_out_accuracy
 
     alone = ControlTraining(control, seed, classes)
     scoring = alone.data["scoring"]
@@ -656,7 +656,7 @@ def score(control: Control, seed: int, training: Any, classes: tuple[Any, ...]) 
 
         with torch.no_grad():
             return DSpritesScoring(run, None).score(training.encoder().eval())
-    from ppl_vae.recipes.parted import held_out_accuracy
+    from experiments.held_out import held_out_accuracy
 
     training.model.load_state_dict(training.best_weights)
     scoring = training.data["scoring"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -44,15 +45,13 @@ from ppl_vae.recipes.parted import (
     PartedConfig,
     authors_settings,
     build,
-    held_out_accuracy,
     mnist_config,
     save_parted_pictures,
-    split_held_out,
-    train_classifier_alone,
 )
 from ppl_vae.train import PeriodicEvaluation, TrainConfig
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "parted"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "experiments" / "results" / "parted"
 
 
 def train_config(args, steps: int, batch_size: int, seed: int) -> TrainConfig:
@@ -130,6 +129,7 @@ def mnist(args) -> dict:
     trained until the accuracy on held-out validation images has not improved for
     ``--patience`` evaluations (every ``--eval-every`` steps, at most ``--mnist-max-steps``),
     and scored at its best validation point on other held-out images."""
+    from experiments.held_out import held_out_accuracy, split_held_out, train_classifier_alone
     from ppl_vae.recipes.parted import mnist_pools
 
     results = {}
@@ -151,6 +151,7 @@ def mnist(args) -> dict:
                   "validation_curve": stop.history}
         start = time.time()
         alone_model, alone = train_classifier_alone(config, tuple(train_pool.x.shape[1:]),
+                                                    experiment.model_inputs["num_classes"],
                                                     experiment.train_data["labelled"], validation,
                                                     args.eval_every, args.patience, max_steps)
         alone.update(accuracy=held_out_accuracy(alone_model, test), seconds=time.time() - start)
@@ -229,6 +230,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))  # experiments.held_out
     RESULTS.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in vars(args).items()}
     results = {"dsprites": dsprites, "mnist": mnist, "pictures": pictures}[args.experiment](args)

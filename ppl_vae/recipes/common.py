@@ -2,7 +2,6 @@
 and the standard pictures and figures of an image model."""
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,9 +66,7 @@ def load_training_data(
         tensors = data.Pinwheel(seed=seed).tensors()
         return TrainingData(x=tensors["x"], labels=tensors["y"])
     loader = data.MNIST if dataset == "mnist" else data.FashionMNIST
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore" if dataset == "mnist" else "default")
-        images = loader(split="train", size=image_size or 28, idx_dir=mnist_dir, binarize=binarize)
+    images = loader(split="train", size=image_size or 28, idx_dir=mnist_dir, binarize=binarize)
     tensors = images.tensors()
     order = torch.randperm(tensors["x"].shape[0], generator=generator)
     if num_train is not None:

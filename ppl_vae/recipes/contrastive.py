@@ -10,7 +10,6 @@ VAE of the same total latent size and MLP sizes (``plain_vae``) is a run of its 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,9 +55,7 @@ def load_contrastive_data(config: ContrastiveConfig) -> dict[str, torch.Tensor]:
     if config.dataset == "counts":
         data = SyntheticCounts(seed=config.data_seed).tensors()
     else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            digits = MNIST(split="train", idx_dir=config.mnist_dir)
+        digits = MNIST(split="train", idx_dir=config.mnist_dir)
         data = GrassyMNIST(
             amplitude=config.amplitude,
             background_noise=config.background_noise,

@@ -189,10 +189,10 @@ def test_the_library_does_not_depend_on_the_controls():
 def test_the_mnist_curve_stops_after_patience_points_without_improvement_and_keeps_the_best_weights(monkeypatch):
     import types
 
-    import ppl_vae.recipes.parted as parted
+    import experiments.held_out as held_out
 
     accuracies = iter([0.5, 0.6, 0.55, 0.6, 0.55, 0.55, 0.55])
-    monkeypatch.setattr(parted, "held_out_accuracy", lambda model, data: next(accuracies))
+    monkeypatch.setattr(held_out, "held_out_accuracy", lambda model, data: next(accuracies))
     model = torch.nn.Linear(1, 1)
     training = types.SimpleNamespace(model=model, curve=[], best=None, best_weights=None, stopped_at=None, steps=0,
                                      data={"scoring": types.SimpleNamespace(validation=None)},
