@@ -49,6 +49,7 @@ extensions = [
     "sphinx-mathjax-offline",  # (its module name has hyphens) serves MathJax from the site's _static/mathjax (works offline)
     "sphinx.ext.viewcode",
     "sphinx.ext.intersphinx",
+    "sphinxcontrib.bibtex",
     "myst_nb",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -87,12 +88,16 @@ intersphinx_mapping = {name: (project.url, str(INVENTORIES / f"{name}.inv"))
 OUTSIDE_ALIASES = {"Tensor": "torch.Tensor", "nn": "torch.nn", "np": "numpy", "dist": "pyro.distributions",
                    "L": "lightning.pytorch", "Path": "pathlib.Path", "Figure": "matplotlib.figure.Figure",
                    "Axes": "matplotlib.axes.Axes"}
+# The papers the pages cite ({cite:p}`hajimiri2021parted`), listed on the citing page.
+bibtex_bibfiles = ["references.bib"]
+bibtex_reference_style = "author_year"
+bibtex_default_style = "plain"
 # Some model pages start at a level-2 heading; MyST takes it as the page title all the same.
 suppress_warnings = ["myst.header"]
 
 # Notebooks: rendered with their committed outputs, not re-executed at build time.
 nb_execution_mode = "off"
-myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 

@@ -28,6 +28,8 @@ GUIDE_PAGES = [
     "docs/datasets.md",
     "docs/criticism.md",
     "docs/scale_out.md",
+    "docs/composing.md",
+    "docs/parted.md",
 ]
 NOT_RUN = "# not run in tests:"
 SUBCOMMANDS = ("train", "sweep", "evaluate", "demo", "list")
