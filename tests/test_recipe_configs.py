@@ -156,3 +156,13 @@ def test_a_saved_config_with_a_retired_setting_loads_with_a_warning():
 def test_a_retired_setting_given_on_the_command_line_is_refused():
     with pytest.raises(SettingError, match="unknown setting 'train.replay_loss'"):
         with_overrides(PartedConfig(), {"train.replay_loss": "true"})
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_a_recipe_loads_the_module_of_its_name_which_builds_and_gives_a_demo(name):
+    import importlib
+
+    module = RECIPES[name].load()
+    assert module is importlib.import_module(f"ppl_vae.recipes.{name}")
+    assert all(callable(getattr(module, function)) for function in ("build", "build_untrained", "demo"))
+    assert type(RECIPES[name].demo()) is RECIPES[name].config_class
