@@ -9,105 +9,41 @@ Per particle, with the guide's sample replayed into the model,
         - \sum_{terms} w_t\, N_t\, v_t
 
 with the KL in closed form where one is registered and ``log q(z) - log p(z)`` at the guide's
-sample otherwise, each term scaled and masked as its site is (plates, ``poutine.scale``),
+sample otherwise, each scaled and masked as its guide site is (plates, ``poutine.scale``),
 exactly as :class:`~pyro.infer.TraceMeanField_ELBO` computes it (beta = 1, no terms). Each
 extra term (:mod:`ppl_vae.infer.terms`) enters the model as a ``pyro.factor`` site named after
-it, added after the model has run, outside every plate; the sites a term replaces are marked
-``mask=False`` in model and guide and add nothing. :meth:`MeanFieldELBO.traces` returns the two
-traces, so every term is visible by name.
-
-The traces are Pyro's: :class:`~pyro.infer.TraceMeanField_ELBO`'s per-particle hook
-(:func:`~pyro.infer.enum.get_importance_trace`, which scores every site, with Pyro's checks
-under validation: model and guide match, site shapes, no enumerated guide site, the mean-field
-order warning) runs the model with the terms appended. Every latent site of the guide must be
-fully reparameterised (Pyro's :func:`~pyro.infer.util.check_fully_reparametrized`; the error
-names the site, e.g. a discrete latent). A latent site's KL is masked and scaled as its guide
-site is, as Pyro's is: a latent masked out in the model alone keeps its closed-form KL.
+it, added after the model has run, outside every plate; the sites a term replaces are masked
+out (``mask=False``) in model and guide. The traces are Pyro's, from TraceMeanField_ELBO's
+per-particle hook, with its checks under validation (model and guide match, site shapes, no
+enumerated guide site, the mean-field order warning, every guide latent fully
+reparameterised); :meth:`MeanFieldELBO.traces` returns them, every term visible by name.
 
 Pyro's interface reads and warns as Pyro's does (``loss`` and ``loss_and_grads`` return floats,
 ``loss`` and ``differentiable_loss`` warn "Encountered NaN: loss"). The engine's step,
-:meth:`MeanFieldELBO.training_loss`, returns the loss on the device and leaves NaNs to the
-engine, which checks once per logging interval: on a GPU each read of a value on the host
-stalls the step until the device catches up.
+:meth:`MeanFieldELBO.training_loss`, leaves the loss on the device and NaNs to the engine, which
+checks once per logging interval: on a GPU each read on the host stalls the step.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import pyro
 import torch
 from pyro import poutine
-from pyro.distributions import MaskedDistribution
 from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
 from pyro.infer.util import check_fully_reparametrized, is_validation_enabled, torch_item
 from pyro.poutine.messenger import Messenger
-from pyro.poutine.runtime import effectful
 from pyro.poutine.trace_struct import Trace
 from pyro.util import warn_if_nan
 from torch import nn
 
 from ppl_vae._validation import boolean, finite
+from ppl_vae.infer._particle import TermCall, current_call, is_replaced, replaced_sites, with_terms
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
-from ppl_vae.infer.terms import Term, TermSites, closed_form_kl, site_points
+from ppl_vae.infer.terms import Term, closed_form_kl, site_points
 
 __all__ = ["MeanFieldELBO"]
-
-
-def model_module(model: Callable) -> nn.Module | None:
-    """The ``nn.Module`` a model callable is a method of (``vae.model``), else ``None``."""
-    owner = getattr(model, "__self__", None)
-    return owner if isinstance(owner, nn.Module) else None
-
-
-def is_replaced(site: dict[str, Any]) -> bool:
-    """Whether a sample site is marked ``mask=False``: it adds nothing to the ELBO."""
-    return site["mask"] is False
-
-
-class _MaskSites(Messenger):
-    """Marks the sample sites ``names`` ``mask=False`` and wraps their distributions in a
-    ``MaskedDistribution(fn, False)``, which Pyro scores as 0 without evaluating ``fn`` (a
-    replaced site's value may lie outside the support of its model's distribution, as the
-    relaxed c of PartedVAE does under its one-hot prior); applied outside the model's own
-    handlers. Terms read the sites unwrapped (:func:`~ppl_vae.infer.terms.unmasked`)."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        super().__init__()
-        self.names = frozenset(names)
-
-    def _process_message(self, msg: dict[str, Any]) -> None:
-        if msg["type"] == "sample" and msg["name"] in self.names:
-            msg["fn"], msg["mask"] = MaskedDistribution(msg["fn"], False), False
-
-
-class _Call(Messenger):
-    """One call of a :class:`MeanFieldELBO` method, entered around Pyro's particle loop: what
-    the terms read besides the traces (their keyword arguments, the training step) and what
-    they give back for the particle last run (per-point values and parts, detached unless
-    ``keep_graph``, and their auxiliary steps' arguments). The objective's particle hook
-    reaches it as the effect ``"mean_field_call"`` (:func:`_current_call`), so nothing is
-    stored in Pyro's traces or kept by the objective between calls."""
-
-    def __init__(self, inputs: Mapping[str, Any], step: int | torch.Tensor | None, keep_graph: bool) -> None:
-        super().__init__()
-        self.inputs, self.step, self.keep_graph = dict(inputs), step, keep_graph
-        self.logged: dict[str, torch.Tensor | float] = {}
-        self.step_arguments: dict[str, dict[str, torch.Tensor]] = {}
-
-    def _pyro_mean_field_call(self, msg: dict[str, Any]) -> None:
-        msg["value"] = self
-
-    def kept(self, value: torch.Tensor | float) -> torch.Tensor | float:
-        """``value`` as this call keeps term values: detached unless :attr:`keep_graph`."""
-        return value.detach() if torch.is_tensor(value) and not self.keep_graph else value
-
-
-@effectful(type="mean_field_call")
-def _current_call() -> _Call:
-    """The innermost :class:`_Call` (outside one: a call with no inputs, step or values kept)."""
-    return _Call({}, None, keep_graph=False)
 
 
 class MeanFieldELBO(TraceMeanField_ELBO):
@@ -121,25 +57,20 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     the guide's sample), so the guide must be mean-field and fully reparameterised.
 
     :meth:`training_loss` returns the loss with what the rest of a training iteration reads
-    from the step (:class:`~ppl_vae.infer.steps.TrainingLoss`): per-point values of the last
-    particle for the log (detached): ``reconstruction`` (``-log p`` of the observed sites,
-    each divided by the points its plate stands for), ``kl`` (the KLs the ELBO still counts,
-    without beta; absent when it counts none), and each term's value under its name with its
-    parts as ``<name>/<part>``; and the arguments the terms hand to their auxiliary steps.
-    After each call of Pyro's interface (:meth:`differentiable_loss`, :meth:`loss`,
-    :meth:`loss_and_grads`: a plain SVI loop), :attr:`logged` holds the same values (after
-    :meth:`traces`, the terms' only); the objective keeps no other state between calls.
+    (:class:`~ppl_vae.infer.steps.TrainingLoss`): the last particle's per-point values, detached:
+    ``reconstruction`` (``-log p`` of the observed sites, each divided by the points its plate
+    stands for), ``kl`` (the KLs the ELBO still counts, without beta; absent when none), each
+    term under its name and its parts as ``<name>/<part>``; and the terms' auxiliary steps'
+    arguments. After :meth:`differentiable_loss`, :meth:`loss` or :meth:`loss_and_grads` (a
+    plain SVI loop) :attr:`logged` holds the same values; no other state is kept between calls.
 
-    Calling: the methods that run the model (:meth:`training_loss`, :meth:`differentiable_loss`,
-    :meth:`loss`, :meth:`loss_and_grads`, :meth:`traces`, :meth:`differentiable_terms`) take
-    ``(model, guide, *args, **kwargs)``, the model and guide callables and their arguments
-    (e.g. ``x=batch``); a model that is a method of an ``nn.Module``, such as ``vae.model``, lets
-    the terms read its networks. Keyword arguments that a term takes
-    (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. the ``aggregate_data`` of
-    :class:`~ppl_vae.infer.decomposition.AggregateDivergence`) go to the terms, not to the model
-    and guide. So does ``step``, the training step (an int >= 0 or a 0-dim tensor) that the
-    terms' schedules read (the ``step`` of :class:`~ppl_vae.infer.terms.TermSites`); with
-    ``model_takes_step`` it goes to the model and guide as well.
+    Calling: the methods that run the model take ``(model, guide, *args, **kwargs)``, the model
+    and guide and their arguments (e.g. ``x=batch``); a model that is a method of an
+    ``nn.Module``, such as ``vae.model``, lets the terms read its networks. Keyword arguments a
+    term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. ``aggregate_data``) go to the
+    terms, not to the model and guide. So does ``step``, the training step (an int >= 0 or a
+    0-dim tensor) that the terms' schedules read; with ``model_takes_step`` the model and guide
+    take it too.
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
 
@@ -174,10 +105,8 @@ class MeanFieldELBO(TraceMeanField_ELBO):
             raise ValueError(f"term names must be unique (each is a pyro.factor site), got {duplicates} twice")
         self._term_names = frozenset(names)
         self._term_inputs = frozenset(name for term in self.terms for name in term.inputs())
-        #: The per-point values of the last particle of the last call of Pyro's interface
-        #: (:meth:`differentiable_loss`, :meth:`loss`, :meth:`loss_and_grads`), by name:
-        #: ``reconstruction``, ``kl`` and each term with its parts (class docstring; after
-        #: :meth:`traces`, the terms' only); detached scalar tensors.
+        #: The last particle's per-point values after a call of Pyro's interface (class
+        #: docstring; after :meth:`traces`, the terms' only), detached scalar tensors by name.
         self.logged: dict[str, torch.Tensor] = {}
 
     def term(self, name: str) -> Term:
@@ -193,90 +122,54 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """The sites the terms replace, for ``model``.
 
         :param model: the model callable (the terms read the module it is a method of)."""
-        module = model_module(model)
-        return tuple(dict.fromkeys(name for term in self.terms for name in term.replaced_sites(module)))
+        return replaced_sites(self.terms, model)
 
-    def _call(self, kwargs: Mapping[str, Any], keep_graph: bool = False) -> tuple[dict[str, Any], _Call]:
-        """A call's keyword arguments split into the model's and guide's, and a :class:`_Call`
-        with the terms' (:meth:`~ppl_vae.infer.Term.inputs`) and the training step (``None``
-        when not given; also the model's with ``model_takes_step``)."""
+    def _call(self, kwargs: Mapping[str, Any], keep_graph: bool = False) -> tuple[dict[str, Any], TermCall]:
+        """A call's keyword arguments split into the model's and guide's and a
+        :class:`~ppl_vae.infer._particle.TermCall` with the terms' and the training step
+        (``None`` when not given; also the model's with ``model_takes_step``)."""
         inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
         model_kwargs = {name: value for name, value in kwargs.items()
                         if name not in inputs and (name != "step" or self.model_takes_step)}
-        return model_kwargs, _Call(inputs, kwargs.get("step"), keep_graph)
+        return model_kwargs, TermCall(inputs, kwargs.get("step"), keep_graph)
 
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
-        """One particle's ``(model_trace, guide_trace)``: TraceMeanField_ELBO's, the replaced
-        sites masked and the model followed by one ``pyro.factor(term.name, -w N v)`` per term
-        of weight ``w > 0``, read against the particle's guide sites.
+        """One particle's ``(model_trace, guide_trace)``: TraceMeanField_ELBO's, of the model and
+        guide with the terms (:func:`~ppl_vae.infer._particle.with_terms`).
 
         Pyro's per-particle hook, which TraceMeanField_ELBO overrides too: Pyro has no public
-        hook that adds sites to a particle's model after its guide has run, outside the plate
-        that vectorises particles (a term's factor counts once per call, not once per particle)."""
-        if isinstance(poutine.unwrap(guide), Messenger):
-            if self.terms:
-                raise ValueError("extra terms need a guide function, not a GuideMessenger")
-            return super()._get_trace(model, guide, args, kwargs)
-        call, module, plain_guide = _current_call(), model_module(model), guide
-        replaced = self.replaced_sites(model)
-        if replaced:
-            model, guide = _MaskSites(replaced)(model), _MaskSites(replaced)(guide)
+        hook that adds sites to a particle's model after its guide has run and outside the plate
+        that vectorises particles (a term's factor counts once per particle, not per draw)."""
         if not self.terms:
             return super()._get_trace(model, guide, args, kwargs)
-        traced_guide = poutine.trace(guide)
-
-        def model_with_terms(*args, **kwargs):
-            traced_model = poutine.trace(model)
-            result = traced_model(*args, **kwargs)
-            model_sites = {name: site for name, site in traced_model.trace.nodes.items() if site["type"] == "sample"}
-            sites = TermSites(traced_guide.trace, model_sites, module, plain_guide, call.inputs, call.step)
-            for term in self.terms:
-                with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or call.keep_graph)):
-                    value, parts = term.evaluate(sites)
-                call.logged[term.name] = call.kept(value)
-                call.logged.update({f"{term.name}/{part}": call.kept(v) for part, v in parts.items()})
-                if term.weight > 0:
-                    pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
-                call.step_arguments.update(term.step_arguments(sites))
-            return result
-
-        return super()._get_trace(model_with_terms, traced_guide, args, kwargs)
+        if isinstance(poutine.unwrap(guide), Messenger):
+            raise ValueError("extra terms need a guide function, not a GuideMessenger")
+        return super()._get_trace(*with_terms(model, guide, self.terms, current_call()), args, kwargs)
 
     def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[float, torch.Tensor]:
-        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss a float, as Pyro's), Pyro's hook
-        (``loss_and_grads``, a plain SVI step); :attr:`logged` then holds the particle's values."""
-        surrogate, self.logged = self._particle(model_trace, guide_trace, _current_call())
+        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss a float), Pyro's hook for
+        ``loss_and_grads``, as CEVAE's objective overrides it; :attr:`logged` then holds the particle's values."""
+        surrogate, self.logged = self._particle(model_trace, guide_trace, current_call())
         return torch_item(surrogate), surrogate
 
-    def _particle(self, model_trace: Trace, guide_trace: Trace, call: _Call) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _particle(self, model_trace: Trace, guide_trace: Trace, call: TermCall) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(surrogate, logged)`` of one particle: ``-ELBO`` (differentiable) and the per-point
         values of the class docstring, kept as ``call`` keeps the terms' values."""
-        log_likelihood: torch.Tensor | float = 0.0
-        kl_total: torch.Tensor | float = 0.0
-        reconstruction: torch.Tensor | float = 0.0
-        counted_kl: torch.Tensor | float | None = None
+        log_likelihood = kl_total = reconstruction = 0.0
+        counted_kls = []
         for name, site in model_trace.nodes.items():
-            if site["type"] != "sample":
+            if site["type"] != "sample" or (site["is_observed"] and is_replaced(site)):
                 continue
             if site["is_observed"]:
-                if is_replaced(site):
-                    continue
                 log_likelihood = log_likelihood + site["log_prob_sum"]
                 if name not in self._term_names:
                     reconstruction = reconstruction - call.kept(site["log_prob_sum"]) / site_points(site)
                 continue
             guide_site = guide_trace.nodes[name]
-            if is_replaced(site) and is_replaced(guide_site):  # a KL of 0 (Pyro masks it with the guide's mask)
-                continue
-            _check_reparameterised(guide_site)
-            kl = closed_form_kl(guide_site["fn"], site["fn"])
-            if kl is None:  # log q - log p at the guide's sample, from the traces' scores (Pyro's)
-                kl = guide_site["log_prob_sum"] - site["log_prob_sum"]
-            else:
-                kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
-                kl = kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
-            kl_total = kl_total + kl
-            counted_kl = (0.0 if counted_kl is None else counted_kl) + call.kept(kl) / site_points(guide_site)
+            if not (is_replaced(site) and is_replaced(guide_site)):  # else a KL of 0 (masked as its guide site)
+                kl = _kl(site, guide_site)
+                kl_total = kl_total + kl
+                counted_kls.append(call.kept(kl) / site_points(guide_site))
         for name, guide_site in guide_trace.nodes.items():
             if guide_site["type"] == "sample" and name not in model_trace.nodes and not is_replaced(guide_site):
                 if not guide_site["infer"].get("is_auxiliary"):  # Pyro's estimator asserts the same
@@ -284,22 +177,19 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                                          "infer={'is_auxiliary': True} if it is an auxiliary variable")
                 _check_reparameterised(guide_site)
                 kl_total = kl_total + guide_site["log_prob_sum"]
-        logged = dict(call.logged)
-        logged["reconstruction"] = torch.as_tensor(reconstruction)
-        if counted_kl is not None:
-            logged["kl"] = torch.as_tensor(counted_kl)
+        logged = {**call.logged, "reconstruction": torch.as_tensor(reconstruction)}
+        if counted_kls:
+            logged["kl"] = torch.as_tensor(sum(counted_kls))
         return self.beta * kl_total - log_likelihood, logged
 
     def training_loss(self, model, guide, *args, **kwargs) -> TrainingLoss:
-        """``mean over particles of -ELBO``, differentiable (analytic KLs where Pyro has them),
-        with the last particle's logged values and the arguments of the terms' auxiliary steps
-        (class docstring). Leaves :attr:`logged` as it was.
+        """``mean over particles of -ELBO``, differentiable, with the last particle's logged values
+        and the arguments of the terms' auxiliary steps (class docstring); :attr:`logged` is left as it was.
 
         :param model: the model callable (class docstring: calling).
         :param guide: the guide callable.
         :param args: positional arguments of the model and guide.
-        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``
-            (class docstring: calling)."""
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
         loss: torch.Tensor | float = 0.0
         with call:  # Pyro's loop over particles (sequential, or vectorised in one trace) is ELBO._get_traces alone
@@ -309,31 +199,46 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         return TrainingLoss(loss, logged, call.step_arguments)
 
     def differentiable_loss(self, model, guide, *args, **kwargs) -> torch.Tensor:
-        """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last
-        particle's per-point values. Arguments as :meth:`training_loss`'s."""
+        """``mean over particles of -ELBO``, differentiable; :attr:`logged` then holds the last particle's values.
+
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         result = self.training_loss(model, guide, *args, **kwargs)
         self.logged = result.logged
         return warn_if_nan(result.loss, "loss")
 
     @torch.no_grad()
     def loss(self, model, guide, *args, **kwargs) -> float:
-        """The same objective as :meth:`differentiable_loss`, as a float (what
-        ``SVI.evaluate_loss`` reports). Arguments as :meth:`training_loss`'s."""
+        """:meth:`differentiable_loss` as a float (what ``SVI.evaluate_loss`` reports).
+
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
 
     def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
         """Pyro's (``SVI.step``): the loss as a float, its gradients accumulated in the
-        parameters; :attr:`logged` then holds the last particle's values. Arguments as
-        :meth:`training_loss`'s."""
+        parameters; :attr:`logged` then holds the last particle's values.
+
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
         with call:
             return super().loss_and_grads(model, guide, *args, **kwargs)
 
     def traces(self, model: Callable, guide: Callable, *args, **kwargs) -> tuple[Trace, Trace]:
-        """``(model_trace, guide_trace)`` of one particle: the guide's, and the model's with
-        every term as a ``pyro.factor`` site and the replaced sites marked ``mask=False``;
-        :attr:`logged` then holds the terms' per-point values and parts. Arguments as
-        :meth:`training_loss`'s."""
+        """``(model_trace, guide_trace)`` of one particle, every term a ``pyro.factor`` site and
+        the replaced sites masked out; :attr:`logged` then holds the terms' values and parts.
+
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
         with call:  # one particle: Pyro's hook for it is ELBO._get_trace alone
             traces = self._get_trace(model, guide, args, kwargs)
@@ -341,9 +246,13 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         return traces
 
     def differentiable_terms(self, model: Callable, guide: Callable, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """What :attr:`logged` holds after one particle (reconstruction, kl, every term and its
-        parts, per point and unweighted), with gradients: for inspecting which parameters each
-        term reaches (a term of weight 0 included). Arguments as :meth:`training_loss`'s."""
+        """What :attr:`logged` holds after one particle, with gradients: for inspecting which
+        parameters each term reaches (a term of weight 0 included).
+
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs, keep_graph=True)
         with call:  # one particle: Pyro's hook for it is ELBO._get_trace alone
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
@@ -357,10 +266,19 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     def auxiliary_modules(self) -> dict[str, nn.Module]:
         """Networks the terms own outside the model, by name, for the engine to move and checkpoint."""
-        modules: dict[str, nn.Module] = {}
-        for term in self.terms:
-            modules.update(term.auxiliary_modules())
-        return modules
+        return {name: module for term in self.terms for name, module in term.auxiliary_modules().items()}
+
+
+def _kl(site: dict[str, Any], guide_site: dict[str, Any]) -> torch.Tensor | float:
+    """A latent site's KL, summed over its batch, scaled and masked as its guide site is: in
+    closed form where one is registered, else ``log q - log p`` at the guide's sample from the
+    traces' scores (both as Pyro's TraceMeanField_ELBO takes them)."""
+    _check_reparameterised(guide_site)
+    kl = closed_form_kl(guide_site["fn"], site["fn"])
+    if kl is None:
+        return guide_site["log_prob_sum"] - site["log_prob_sum"]
+    kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
+    return kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
 
 
 def _check_reparameterised(site: dict[str, Any]) -> None:

@@ -1,0 +1,128 @@
+"""The extra terms inside one particle of a Pyro ELBO: the machinery of
+:class:`~ppl_vae.infer.MeanFieldELBO`.
+
+A term (:class:`~ppl_vae.infer.terms.Term`) reads one particle's guide and model sites and adds
+a ``pyro.factor`` site after the model has run; the sites it replaces are masked out in model
+and guide. :func:`with_terms` wraps a particle's model and guide so, before Pyro traces and
+scores them. What the terms read besides the traces (their keyword arguments, the training
+step) and what they give back (per-point values, their auxiliary steps' arguments) belong to
+one call of the objective: a :class:`TermCall`, which the objective's methods enter around
+Pyro's particle loop and its particle hooks reach as the Pyro effect ``"term_call"``
+(:func:`current_call`). Nothing is stored in Pyro's traces or kept by the objective between
+calls.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyro
+import torch
+from pyro import poutine
+from pyro.distributions import MaskedDistribution
+from pyro.poutine.messenger import Messenger
+from pyro.poutine.runtime import effectful
+from torch import nn
+
+from ppl_vae.infer.terms import Term, TermSites
+
+
+def model_module(model: Callable) -> nn.Module | None:
+    """The ``nn.Module`` a model callable is a method of (``vae.model``), else ``None``."""
+    owner = getattr(model, "__self__", None)
+    return owner if isinstance(owner, nn.Module) else None
+
+
+def replaced_sites(terms: Sequence[Term], model: Callable) -> tuple[str, ...]:
+    """The sites ``terms`` replace for ``model`` (the terms read the module it is a method of), in order."""
+    module = model_module(model)
+    return tuple(dict.fromkeys(name for term in terms for name in term.replaced_sites(module)))
+
+
+def is_replaced(site: dict[str, Any]) -> bool:
+    """Whether a sample site is masked out (``mask=False``, :class:`MaskSites`): it adds nothing to the ELBO."""
+    return site["mask"] is False
+
+
+class MaskSites(Messenger):
+    """Marks the sample sites ``names`` ``mask=False`` and wraps their distributions in a
+    ``MaskedDistribution(fn, False)``, which Pyro scores as 0 without evaluating ``fn`` (a
+    replaced site's value may lie outside the support of its model's distribution, as the
+    relaxed c of PartedVAE does under its one-hot prior); applied outside the model's own
+    handlers. Terms read the sites unwrapped (:func:`~ppl_vae.infer.terms.unmasked`)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__()
+        self.names = frozenset(names)
+
+    def _process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "sample" and msg["name"] in self.names:
+            msg["fn"], msg["mask"] = MaskedDistribution(msg["fn"], False), False
+
+
+class TermCall(Messenger):
+    """One call of the objective, entered around Pyro's particle loop.
+
+    :param inputs: the call's keyword arguments that the terms take (:meth:`~ppl_vae.infer.terms.Term.inputs`).
+    :param step: the training step of the call (``None`` when it gave none).
+    :param keep_graph: keep the graphs of the terms' values (otherwise they are recorded detached).
+    """
+
+    def __init__(self, inputs: Mapping[str, Any], step: int | torch.Tensor | None, keep_graph: bool) -> None:
+        super().__init__()
+        self.inputs, self.step, self.keep_graph = dict(inputs), step, keep_graph
+        #: Per-point value of each term and ``<term>/<part>`` of the particle last run, in the order evaluated.
+        self.logged: dict[str, torch.Tensor | float] = {}
+        #: The terms' arguments for their auxiliary steps (:meth:`~ppl_vae.infer.terms.Term.step_arguments`).
+        self.step_arguments: dict[str, dict[str, torch.Tensor]] = {}
+
+    def _pyro_term_call(self, msg: dict[str, Any]) -> None:
+        msg["value"] = self
+
+    def kept(self, value: torch.Tensor | float) -> torch.Tensor | float:
+        """``value`` as this call keeps term values: detached unless ``keep_graph``."""
+        return value.detach() if torch.is_tensor(value) and not self.keep_graph else value
+
+    def add_terms(self, terms: Sequence[Term], sites: TermSites) -> None:
+        """One ``pyro.factor(term.name, -w N v)`` per term of weight ``w > 0`` (outside every
+        plate when called after the model), each term's value and parts recorded; a term of
+        weight 0 is evaluated without gradients (unless ``keep_graph``) and adds no site."""
+        for term in terms:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and (term.weight > 0 or self.keep_graph)):
+                value, parts = term.evaluate(sites)
+            self.logged[term.name] = self.kept(value)
+            self.logged.update({f"{term.name}/{part}": self.kept(v) for part, v in parts.items()})
+            if term.weight > 0:
+                pyro.factor(term.name, -term.weight * term.num_points(sites) * value)
+            self.step_arguments.update(term.step_arguments(sites))
+
+
+@effectful(type="term_call")
+def current_call() -> TermCall:
+    """The innermost :class:`TermCall` (outside one: a call with no inputs or step)."""
+    return TermCall({}, None, keep_graph=False)
+
+
+def with_terms(model: Callable, guide: Callable, terms: Sequence[Term], call: TermCall) -> tuple[Callable, Callable]:
+    """``(model, guide)`` of one particle with ``terms``: the replaced sites masked out
+    (:class:`MaskSites`), the guide traced, and the model followed by the terms' factors
+    (:meth:`TermCall.add_terms`), read against the guide's sites of the same run.
+
+    :param model: the particle's model (Pyro's plate of vectorised particles inside it).
+    :param guide: the particle's guide, a function (not a ``GuideMessenger``).
+    :param terms: the terms, added in this order.
+    :param call: the objective's call (the terms' inputs and step; receives their values)."""
+    module, plain_guide = model_module(model), guide
+    replaced = replaced_sites(terms, model)
+    if replaced:
+        model, guide = MaskSites(replaced)(model), MaskSites(replaced)(guide)
+    traced_guide = poutine.trace(guide)
+
+    def model_with_terms(*args, **kwargs):
+        traced_model = poutine.trace(model)
+        result = traced_model(*args, **kwargs)
+        model_sites = {name: site for name, site in traced_model.trace.nodes.items() if site["type"] == "sample"}
+        call.add_terms(terms, TermSites(traced_guide.trace, model_sites, module, plain_guide, call.inputs, call.step))
+        return result
+
+    return model_with_terms, traced_guide
