@@ -65,6 +65,22 @@ def finite(
     return float(value)
 
 
+def capacity_range(name: str, value: Any) -> tuple[float, float]:
+    """``value`` as ``(C_min, C_max)`` floats, refused unless it is a pair of finite numbers with
+    ``0 <= C_min <= C_max``: the ends of an information capacity ramp, in nats
+    (:class:`~ppl_vae.schedules.LinearCapacity`, and a recipe's ``z_capacity``).
+
+    :raises ValueError: naming ``name`` and ``value``.
+    """
+    holds = (
+        isinstance(value, (tuple, list)) and len(value) == 2
+        and all(not isinstance(end, bool) and isinstance(end, Real) and math.isfinite(end) for end in value)
+        and 0 <= value[0] <= value[1]
+    )
+    require(name, value, holds, "(C_min, C_max) with 0 <= C_min <= C_max")
+    return float(value[0]), float(value[1])
+
+
 def boolean(name: str, value: Any) -> bool:
     """``value`` itself, refused unless it is ``True`` or ``False``.
 

@@ -26,21 +26,11 @@ other. :mod:`ppl_vae.infer` re-exports its classes.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ppl_vae._validation import capacity_range, finite
+
 __all__ = ["LinearCapacity", "LinearSchedule"]
-
-
-def _finite(value: float, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return number
 
 
 def _check_step(step: int | torch.Tensor) -> int | torch.Tensor:
@@ -64,11 +54,9 @@ class LinearSchedule:
     """
 
     def __init__(self, start: float, end: float, num_steps: float) -> None:
-        self.start = _finite(start, "start")
-        self.end = _finite(end, "end")
-        self.num_steps = _finite(num_steps, "num_steps")
-        if not self.num_steps > 0:
-            raise ValueError(f"num_steps must be > 0, got {num_steps!r}")
+        self.start = finite("start", start)
+        self.end = finite("end", end)
+        self.num_steps = finite("num_steps", num_steps, positive=True)
 
     @classmethod
     def from_rate(cls, start: float, rate: float, end: float) -> LinearSchedule:
@@ -80,7 +68,7 @@ class LinearSchedule:
         :param rate: change per step, non-zero, with the sign of ``end - start``.
         :param end: the value it stays at from step ``(end - start) / rate`` on.
         """
-        start, rate, end = _finite(start, "start"), _finite(rate, "rate"), _finite(end, "end")
+        start, rate, end = finite("start", start), finite("rate", rate), finite("end", end)
         if rate == 0 or (end - start) / rate <= 0:
             raise ValueError(
                 f"rate must be non-zero and move start ({start}) towards end ({end}), got {rate}"
@@ -108,16 +96,13 @@ class LinearCapacity(LinearSchedule):
     PartedVAE Eq. 6), in nats; t is the training (ELBO) step.
 
     :param c_min: capacity at step 0, >= 0.
-    :param c_max: capacity from step ``num_steps`` on, >= ``c_min``.
+    :param c_max: capacity from step ``num_steps`` on, >= ``c_min`` (the rule a recipe's
+        ``z_capacity`` and ``u_capacity`` are checked by too).
     :param num_steps: T, > 0.
     """
 
     def __init__(self, c_min: float, c_max: float, num_steps: float) -> None:
-        super().__init__(c_min, c_max, num_steps)
-        if self.start < 0:
-            raise ValueError(f"c_min must be >= 0, got {c_min!r}")
-        if self.end < self.start:
-            raise ValueError(f"c_max must be >= c_min ({self.start}), got {c_max!r}")
+        super().__init__(*capacity_range("(c_min, c_max)", (c_min, c_max)), num_steps)
 
     @property
     def c_min(self) -> float:

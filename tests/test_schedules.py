@@ -54,7 +54,7 @@ def test_a_schedule_can_fall():
         ((-1.0, 5.0, 10), "c_min"),
         ((3.0, 2.0, 10), "c_max"),
         ((0.0, 5.0, 0), "num_steps"),
-        ((0.0, float("inf"), 10), "end"),
+        ((0.0, float("inf"), 10), "c_max"),
     ],
 )
 def test_bad_capacity_arguments_raise_naming_the_argument(args, name):

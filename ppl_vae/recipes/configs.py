@@ -26,7 +26,7 @@ from ppl_vae._constants import (
     PARTED,
     WEIGHT_INITS,
 )
-from ppl_vae._validation import choice, finite, integer, require
+from ppl_vae._validation import capacity_range, choice, finite, integer, require
 from ppl_vae.recipes.settings import check_types, refused_as_setting_errors
 from ppl_vae.train.config import TrainConfig
 
@@ -63,13 +63,6 @@ def one_of(config: Any, name: str, choices: Sequence[Any]) -> None:
     value = getattr(config, name)
     if value is not None:
         choice(name, value, choices)
-
-
-def capacity_range(config: Any, *names: str) -> None:
-    """Refuse (C_min, C_max) pairs that are not 0 <= C_min <= C_max."""
-    for name in names:
-        low, high = getattr(config, name)
-        require(name, getattr(config, name), 0 <= low <= high, "(C_min, C_max) with 0 <= C_min <= C_max")
 
 
 @dataclass
@@ -202,7 +195,8 @@ class PartedConfig:
         at_least(self, 2, "num_train")
         at_least(self, 1, "num_labels", "z_dim", "u_dim", "hidden", "capacity_steps", "num_eval")
         positive(self, "temperature")
-        capacity_range(self, "z_capacity", "u_capacity")
+        for name in ("z_capacity", "u_capacity"):
+            capacity_range(name, getattr(self, name))
         at_least(self, 0, "gamma_z", "gamma_u", "gamma_c", "gamma_h", "gamma_bc", "factor_score_votes")
         finite("delta", self.delta, low=0, high=1, closed=True)
 
