@@ -25,6 +25,11 @@ def classification_accuracy(pred: Any, labels: Any) -> float:
     :param pred: logits or probabilities (n, C), reduced by argmax, or predicted labels (n,).
     :param labels: true class indices (n,).
     :raises ValueError: shapes that do not match, no point, or non-integer labels.
+
+    >>> classification_accuracy([0, 1, 1, 2], [0, 1, 2, 2])
+    0.75
+    >>> classification_accuracy([[0.9, 0.1], [0.2, 0.8]], [0, 0])  # probabilities: argmax
+    0.5
     """
     predicted, truth = _paired_labels(pred, labels)
     return float(np.mean(predicted == truth))
@@ -41,6 +46,9 @@ def clustering_accuracy(pred: Any, labels: Any) -> float:
     :param pred: cluster scores (n, K) (argmax) or cluster ids (n,).
     :param labels: true class ids (n,).
     :raises ValueError: shapes that do not match, no point, or non-integer ids.
+
+    >>> clustering_accuracy([2, 2, 0, 0], [0, 0, 1, 1])  # cluster 2 is class 0, cluster 0 class 1
+    1.0
     """
     predicted, truth = _paired_labels(pred, labels)
     clusters, cluster_index = np.unique(predicted, return_inverse=True)

@@ -31,6 +31,11 @@ def silhouette(
         ``sample_size``), drawn with ``seed``; None uses every point (O(n^2) memory).
     :param seed: random state of the subset.
     :raises ValueError: shapes that do not match or a number of distinct labels out of range.
+
+    >>> import torch
+    >>> two_groups = torch.tensor([[0.0, 0.0], [0.0, 0.1], [5.0, 5.0], [5.0, 5.1]])
+    >>> round(silhouette(two_groups, [0, 0, 1, 1]), 3)
+    0.986
     """
     points = as_float_matrix(embedding, "embedding")
     groups = as_label_vector(labels, "labels")

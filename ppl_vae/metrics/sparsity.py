@@ -25,6 +25,12 @@ def hoyer_sparsity(z: Any) -> float:
 
     :param z: torch tensor or array-like (n, D), D >= 2, e.g. posterior means.
     :raises ValueError: ``z`` not 2-D, with no row, with D < 2, or holding NaN or inf.
+
+    >>> import torch
+    >>> hoyer_sparsity(torch.eye(4))  # one non-zero coordinate per point
+    1.0
+    >>> round(hoyer_sparsity(torch.tensor([[1.0, 1.0], [2.0, 2.0]])), 6)  # coordinates of equal size
+    0.0
     """
     points = as_float_matrix(z, "z")
     check_finite(points, "z")

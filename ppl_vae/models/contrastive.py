@@ -115,6 +115,19 @@ class ContrastiveVAE(PyroModule):
     The count likelihoods follow contrastiveVI (the maintained successor for RNA-seq): the
     encoders read ``log(1 + x)``; but there is no library-size factor: the decoder gives the
     log mean directly.
+
+    Target and background sets of 10 binary features, one step of Pyro's SVI with the paper's
+    objective:
+
+    >>> import pyro, torch
+    >>> from pyro.infer import SVI
+    >>> from ppl_vae.infer import ContrastiveELBO
+    >>> vae = ContrastiveVAE.mlp((10,), salient_dim=2, shared_dim=2, hidden=16)
+    >>> target, background = torch.rand(8, 10).round(), torch.rand(8, 10).round()
+    >>> svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), ContrastiveELBO())
+    >>> loss = svi.step(target=target, background=background)
+    >>> vae.salient_embedding(target).shape
+    torch.Size([8, 2])
     """
 
     def __init__(

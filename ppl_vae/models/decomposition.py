@@ -49,6 +49,24 @@ class DecompositionVAE(VAE):
     :param likelihood_scale: fixed scale of a Gaussian or Laplace likelihood.
     :param data_size: N; when set, per-point sites are scaled by N / B.
     :raises ValueError: if the prior's distribution is not over ``(latent_dim,)``.
+
+    Two-dimensional data under a two-cluster mixture prior, one step of Pyro's SVI with the
+    paper's objective:
+
+    >>> import pyro, torch
+    >>> from pyro.infer import SVI
+    >>> from ppl_vae.distributions import MixtureOfGaussiansPrior
+    >>> from ppl_vae.infer import DecompositionELBO
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> prior = MixtureOfGaussiansPrior(means=[[-1.0, 0.0], [1.0, 0.0]], variances=0.1)
+    >>> vae = DecompositionVAE(MLP([2, 16]), mlp_decoder(2, [16], (2,)), latent_dim=2, prior=prior,
+    ...                        likelihood="gaussian", likelihood_scale=0.1)
+    >>> x = torch.randn(32, 2)
+    >>> elbo = DecompositionELBO(alpha=1.0, divergence="mmd")
+    >>> loss = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo).step(x)
+    >>> loc, scale = vae.posterior(x)  # q(z | x), the components of the aggregate q(z)
+    >>> loc.shape, scale.shape
+    (torch.Size([32, 2]), torch.Size([32, 2]))
     """
 
     def __init__(

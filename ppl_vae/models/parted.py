@@ -101,6 +101,19 @@ class PartedVAE(PyroModule):
 
     Differences from the authors' code: their heads output log-variances; here
     :class:`~ppl_vae.nn.GaussianHead` gives ``softplus(.) + 1e-4`` scales (no overflow).
+
+    One categorical variable with three values on 8 x 8 images, one step of Pyro's SVI with
+    the paper's objective (the step drives its schedules):
+
+    >>> import pyro, torch
+    >>> from pyro.infer import SVI
+    >>> from ppl_vae.infer import PartedELBO
+    >>> model = PartedVAE.mlp((1, 8, 8), z_dim=2, num_classes=3, u_dims=1, hidden=(32,))
+    >>> x = torch.rand(16, 1, 8, 8).round()
+    >>> svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 1e-3}), PartedELBO())
+    >>> loss = svi.step(x, step=0)
+    >>> [probs.shape for probs in model.classify(x)]  # q(c_i | x) of each variable
+    [torch.Size([16, 3])]
     """
 
     def __init__(

@@ -115,6 +115,19 @@ class VAE(PyroModule):
     a tensor of the encoder's input shape, where the encoder is one of :mod:`ppl_vae.nn`, free
     of NaN and infinities) and refuse it in one line naming ``x``, before Pyro's shape table;
     a decoder of :mod:`ppl_vae.nn` must take ``latent_dim`` features.
+
+    A VAE of 4-feature binary data, one step of Pyro's SVI with the library's ELBO:
+
+    >>> import pyro, torch
+    >>> from pyro.infer import SVI
+    >>> from ppl_vae.infer import MeanFieldELBO
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> vae = VAE(MLP([4, 16]), mlp_decoder(2, [16], (4,)), latent_dim=2)
+    >>> x = torch.rand(8, 4).round()
+    >>> svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), MeanFieldELBO())
+    >>> loss = svi.step(x)
+    >>> vae.reconstruct(x).shape
+    torch.Size([8, 4])
     """
 
     def __init__(

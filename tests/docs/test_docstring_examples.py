@@ -1,0 +1,31 @@
+"""The examples (``>>>``) in the docstrings of the main entry points run and print what they
+show."""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+#: Modules whose docstrings hold examples.
+MODULES_WITH_EXAMPLES = [
+    "ppl_vae.models.vae",
+    "ppl_vae.models.parted",
+    "ppl_vae.models.contrastive",
+    "ppl_vae.models.decomposition",
+    "ppl_vae.metrics.accuracy",
+    "ppl_vae.metrics.silhouette",
+    "ppl_vae.metrics.sparsity",
+]
+
+
+@pytest.mark.parametrize("module_name", MODULES_WITH_EXAMPLES)
+def test_the_docstring_examples_of_a_module_run(module_name):
+    module = importlib.import_module(module_name)
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    examples = [test for test in finder.find(module, module_name) if test.examples]
+    assert examples, f"{module_name} has no docstring example"
+    for test in examples:
+        runner.run(test)
+    assert runner.failures == 0, f"{runner.failures} failing example(s) in {module_name} (see the captured output)"
