@@ -6,8 +6,7 @@ needs (``encode``, ``decode``, ``reconstruct``, ``sample``).
 """
 from __future__ import annotations
 
-import itertools
-from collections import defaultdict
+import uuid
 
 import pyro
 import pyro.distributions as dist
@@ -40,17 +39,14 @@ class StandardNormalPrior(nn.Module):
         return dist.Normal(self.loc, self.scale).to_event(1)
 
 
-_INSTANCES: defaultdict[str, itertools.count] = defaultdict(itertools.count)
-
-
 def unique_pyro_name(prefix: str) -> str:
-    """A Pyro name for a new model instance, unique in this process: ``prefix``, then
-    ``prefix_1``, ``prefix_2``, ... Pyro registers a ``PyroModule``'s parameters in its global
-    parameter store under the module's name, so two instances with the same name would share
-    (silently overwrite) each other's parameters under ``pyro.optim``; with these names two
-    instances train independently."""
-    index = next(_INSTANCES[prefix])
-    return prefix if index == 0 else f"{prefix}_{index}"
+    """A Pyro name for a new model instance: ``prefix`` and a random suffix
+    (``VAE_3f9c0a1b2d4e``, from :func:`uuid.uuid4`, so no count is kept in the process and
+    the seeded random generators are not drawn from). Pyro registers a ``PyroModule``'s
+    parameters in its global parameter store under the module's name, so two instances with
+    the same name would share (silently overwrite) each other's parameters under
+    ``pyro.optim``; with these names two instances train independently."""
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
 
 
 def batch_size_of(data: torch.Tensor | None, batch_size: int | None, data_name: str = "x") -> int:
@@ -60,9 +56,9 @@ def batch_size_of(data: torch.Tensor | None, batch_size: int | None, data_name: 
         if batch_size is not None and batch_size != data.shape[0]:
             raise ValueError(f"batch_size={batch_size} disagrees with {data_name} of {data.shape[0]} rows")
         return data.shape[0]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"without {data_name}, give batch_size, a positive integer (prior predictive draws); got {batch_size!r}")
-    return batch_size
+    if batch_size is None:
+        raise ValueError(f"without {data_name}, give batch_size: the number of prior predictive draws")
+    return positive_integer("batch_size", batch_size)
 
 
 def one_draw_per_point(latent: torch.Tensor, site: str) -> torch.Tensor:

@@ -99,6 +99,18 @@ def test_two_instances_train_independently_with_plain_svi_and_pyro_optim(name):
         torch.testing.assert_close(value, alone.state_dict()[key])
 
 
+def test_each_instance_gets_its_own_pyro_name_without_a_count_kept_by_the_process():
+    import ppl_vae.models.vae as vae_module
+
+    torch.manual_seed(0)
+    first_names = [vae()._pyro_name for _ in range(3)]
+    torch.manual_seed(0)
+    second_names = [vae()._pyro_name for _ in range(3)]
+    names = first_names + second_names
+    assert len(set(names)) == len(names) and all(name.startswith("VAE_") for name in names)
+    assert not any(isinstance(value, dict) and "VAE" in value for value in vars(vae_module).values())
+
+
 def test_two_instances_train_independently_with_the_engine():
     from ppl_vae import fit
 
