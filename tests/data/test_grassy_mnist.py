@@ -108,6 +108,8 @@ def test_own_photographs_give_patches_from_each_of_them(mnist_like):
 
 def test_default_digits_come_from_mnist_with_its_offline_fallback(monkeypatch):
     class Offline:
+        mirrors, resources = [], []  # nothing to download: the files are "missing" when it loads
+
         def __init__(self, *args, **kwargs):
             raise RuntimeError("no network")
 

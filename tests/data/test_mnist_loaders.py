@@ -4,6 +4,8 @@ import gzip
 import os
 import socket
 import struct
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -35,6 +37,8 @@ def write_split(folder, split, n=6, compress=False):
 
 class FailingTorchvision:
     """Stands in for a torchvision data set class when there is no network."""
+
+    mirrors, resources = [], []
 
     def __init__(self, *args, **kwargs):
         raise RuntimeError("Error downloading train-images-idx3-ubyte.gz: no network")
@@ -148,20 +152,40 @@ def test_offline_fashion_mnist_asks_for_a_download_or_idx_dir(tmp_path, offline)
         FashionMNIST(root=tmp_path)
 
 
-def test_torchvision_is_called_under_a_socket_timeout(tmp_path, offline, monkeypatch):
+def test_torchvision_loads_what_is_in_root_without_downloading(tmp_path, offline, monkeypatch):
     seen = {}
 
     class RecordingTorchvision:
         def __init__(self, root, train, download):
-            seen.update(timeout=socket.getdefaulttimeout(), root=root, train=train, download=download)
+            seen.update(root=root, train=train, download=download)
             self.data = torch.zeros(3, 28, 28, dtype=torch.uint8)
             self.targets = torch.tensor([1, 2, 3])
 
     monkeypatch.setattr(torchvision.datasets, "FashionMNIST", RecordingTorchvision)
     data = FashionMNIST(root=tmp_path, split="test", download=False)
     assert data.origin == "torchvision" and len(data) == 3
-    assert seen == {"timeout": DOWNLOAD_TIMEOUT_S, "root": os.fspath(tmp_path), "train": False, "download": False}
-    assert socket.getdefaulttimeout() is None
+    assert seen == {"root": os.fspath(tmp_path), "train": False, "download": False}
+
+
+def test_every_download_request_has_a_timeout_and_the_socket_default_is_left_alone(tmp_path, offline, monkeypatch):
+    requests = []
+
+    class Unreachable(FailingTorchvision):
+        mirrors = ["https://first.example/", "https://second.example/"]
+        resources = [("t10k-images-idx3-ubyte.gz", "0" * 32)]
+
+    def urlopen(request, timeout):
+        requests.append((request.full_url, timeout, socket.getdefaulttimeout()))
+        raise urllib.error.URLError("unreachable")
+
+    monkeypatch.setattr(torchvision.datasets, "FashionMNIST", Unreachable)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    with pytest.raises(FileNotFoundError, match="could not download t10k-images-idx3-ubyte.gz.*second.example"):
+        FashionMNIST(root=tmp_path, split="test")
+    assert requests == [
+        ("https://first.example/t10k-images-idx3-ubyte.gz", DOWNLOAD_TIMEOUT_S, None),
+        ("https://second.example/t10k-images-idx3-ubyte.gz", DOWNLOAD_TIMEOUT_S, None),
+    ]
 
 
 @pytest.mark.parametrize(
