@@ -218,11 +218,16 @@ def _private_defaults_as_values(app, what, name, obj, options, signature, return
 
 
 def _outside_homes() -> dict[int, str]:
-    """The name each object of the shipped inventories is documented under, by the object's id."""
+    """The name each object of the shipped inventories is documented under, by the object's id
+    (a project that is not installed, ArviZ without the ``arviz`` extra, is left out: its
+    names still link when written as its documentation writes them)."""
     homes = {}
     for name in make_inventories.PROJECTS:
         for documented in make_inventories.documented_names(INVENTORIES / f"{name}.inv"):
-            homes[id(make_inventories.imported(documented))] = documented
+            try:
+                homes[id(make_inventories.imported(documented))] = documented
+            except (ImportError, AttributeError):
+                continue
     return homes
 
 
