@@ -154,6 +154,16 @@ def factor_score(
         protocol; a data set without a factor of more than one value; ``encode`` returning
         something other than a finite 2-D array with one row per image, or a changing
         number of dimensions.
+
+    The true factors of a synthetic data set (images that carry their factor values) are a
+    perfectly disentangled representation; fewer votes than the defaults make it quick:
+
+    >>> from ppl_vae.metrics.synthetic import SyntheticFactors
+    >>> data = SyntheticFactors((3, 6, 8))
+    >>> result = factor_score(data.true_factors, data, n_train=500, n_eval=200, n_variance=1000,
+    ...                       progress=False)
+    >>> result.score, result.active_dims
+    (1.0, (0, 1, 2))
     """
     check_integers(
         n_train=(n_train, 1), n_eval=(n_eval, 1), batch_size=(batch_size, 2),

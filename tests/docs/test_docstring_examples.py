@@ -14,6 +14,7 @@ MODULES_WITH_EXAMPLES = [
     "ppl_vae.models.contrastive",
     "ppl_vae.models.decomposition",
     "ppl_vae.metrics.accuracy",
+    "ppl_vae.metrics.factor_score",
     "ppl_vae.metrics.silhouette",
     "ppl_vae.metrics.sparsity",
 ]
