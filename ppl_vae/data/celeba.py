@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ppl_vae._validation import shown
+from ppl_vae._validation import positive_integer, shown
 
 #: The 40 binary attributes of CelebA, in the order of ``list_attr_celeba.txt``.
 CELEBA_ATTRIBUTES: tuple[str, ...] = (
@@ -103,8 +103,7 @@ class CelebA(Dataset):
     ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be a positive int; got {size!r}")
+        positive_integer("size", size)
         names = _attribute_names(attributes)
         where = _where(where)
 

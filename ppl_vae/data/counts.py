@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ppl_vae._validation import finite, integer, shown
+from ppl_vae._validation import finite, integer, positive_integer, shown
 from ppl_vae.data.base import TensorDictDataset
 
 DENSE_BUDGET_BYTES = 2**32
@@ -195,8 +195,7 @@ class SyntheticCounts:
         positive = {"num_target": num_target, "num_background": num_background, "num_genes": num_genes,
                     "num_subgroups": num_subgroups, "salient_genes": salient_genes}
         for name, value in positive.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_integer(name, value)
         if num_subgroups < 2 or num_subgroups * salient_genes > num_genes:
             raise ValueError(
                 f"num_subgroups must be >= 2 with num_subgroups * salient_genes <= num_genes; got "

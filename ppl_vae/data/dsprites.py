@@ -50,7 +50,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ppl_vae._files import write_atomically
-from ppl_vae._validation import shown
+from ppl_vae._validation import integer, shown
 
 FACTOR_NAMES: tuple[str, ...] = ("color", "shape", "scale", "orientation", "posX", "posY")
 FACTOR_SIZES: tuple[int, ...] = (1, 3, 6, 40, 32, 32)
@@ -399,8 +399,7 @@ class DSprites(Dataset):
         :param generator: source of randomness (its device is the output device); global RNG if None.
         :returns: ``(n, 6)`` int64 class indices.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int; got {n!r}")
+        integer("n", n, minimum=0)
         device = generator.device if generator is not None else torch.device("cpu")
         columns = [torch.randint(size, (n,), generator=generator, device=device) for size in FACTOR_SIZES]
         return torch.stack(columns, dim=1)

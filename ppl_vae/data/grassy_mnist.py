@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ppl_vae._validation import shown
+from ppl_vae._validation import positive_integer, shown
 from ppl_vae.data.base import TensorDictDataset
 from ppl_vae.data.mnist import MNIST
 
@@ -229,10 +229,8 @@ class GrassyMNIST(Dataset):
         digits, amplitude, jitter, background_noise = _check_arguments(
             digits, amplitude, contrast_jitter, brightness_jitter, background_noise
         )
-        if num_background is not None and (
-            isinstance(num_background, bool) or not isinstance(num_background, int) or num_background < 1
-        ):
-            raise ValueError(f"num_background must be None or a positive int; got {num_background!r}")
+        if num_background is not None:
+            positive_integer("num_background", num_background)
         if grass is not None and not isinstance(grass, GrassTexture):
             raise ValueError(f"grass must be a GrassTexture (see grass_texture()); got {type(grass).__name__}")
 

@@ -5,17 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ppl_vae._validation import finite, positive_integer
 from ppl_vae.data.base import TensorDictDataset
-
-
-def _check_positive_int(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-
-
-def _check_non_negative(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
-        raise ValueError(f"{name} must be a non-negative number; got {value!r}")
 
 
 class Pinwheel(TensorDictDataset):
@@ -52,12 +43,11 @@ class Pinwheel(TensorDictDataset):
         seed: int = 0,
         scale: float = 1.0,
     ) -> None:
-        _check_positive_int("num_classes", num_classes)
-        _check_positive_int("points_per_class", points_per_class)
+        positive_integer("num_classes", num_classes)
+        positive_integer("points_per_class", points_per_class)
         for name, value in (("radial_std", radial_std), ("tangential_std", tangential_std), ("scale", scale)):
-            _check_non_negative(name, value)
-        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not np.isfinite(rate):
-            raise ValueError(f"rate must be a finite number; got {rate!r}")
+            finite(name, value, low=0)
+        finite("rate", rate)
         rng = np.random.RandomState(seed)
         rads = np.linspace(0, 2 * np.pi, num_classes, endpoint=False)
         features = rng.randn(num_classes * points_per_class, 2) * np.array([radial_std, tangential_std])

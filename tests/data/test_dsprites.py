@@ -154,7 +154,7 @@ def test_factors_of_wrong_shape_or_dtype_are_rejected(dsprites):
 
 
 def test_negative_n_is_rejected(dsprites):
-    with pytest.raises(ValueError, match="n must be a non-negative int"):
+    with pytest.raises(ValueError, match="n must be an integer >= 0"):
         dsprites.sample_factors(-1)
 
 
