@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyro
 import torch
@@ -22,10 +22,12 @@ from torch import nn
 
 from ppl_vae._devices import available_device
 from ppl_vae._files import read_json
-from ppl_vae.recipes.registry import Recipe
 from ppl_vae.recipes.settings import config_to_dict
 from ppl_vae.train import RunDirectory, TrainConfig, fit
 from ppl_vae.viz import save_training_curves
+
+if TYPE_CHECKING:
+    from ppl_vae.recipes.registry import Recipe
 
 LOG = logging.getLogger("ppl_vae.recipes")
 
