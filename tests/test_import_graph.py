@@ -28,6 +28,14 @@ def _type_checking_blocks(tree: ast.AST) -> set[int]:
     return skipped
 
 
+def _imports_by_name(node: ast.AST) -> bool:
+    """Whether ``node`` is ``importlib.import_module("literal.name")`` (or ``import_module(...)``)."""
+    return (
+        isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+        and bool(node.args) and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+    )
+
+
 def _packages_loaded_with(target: str, importer: str) -> set[str]:
     """The packages whose ``__init__`` importing ``target`` from ``importer`` runs: ``target``'s
     enclosing packages, less those enclosing ``importer`` (already loaded when it runs)."""
@@ -40,7 +48,8 @@ def _packages_loaded_with(target: str, importer: str) -> set[str]:
 
 def import_graph() -> dict[str, set[str]]:
     """Module -> the ppl_vae modules it imports anywhere in its code (module level or inside
-    functions), ``from package import name`` resolved to the submodule when ``name`` is one,
+    functions, ``importlib.import_module`` of a literal name included), ``from package import
+    name`` resolved to the submodule when ``name`` is one,
     with the package ``__init__`` modules each import runs on the way (importing
     ``ppl_vae.models.variables`` runs ``ppl_vae.models``)."""
     files = _module_files()
@@ -67,6 +76,8 @@ def import_graph() -> dict[str, set[str]]:
                     parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parent, base] if base else parent)
                 targets.update(f"{base}.{alias.name}" for alias in node.names)
+            elif _imports_by_name(node):
+                targets.add(node.args[0].value)
         imported = {resolved for t in targets if t.startswith("ppl_vae")
                     for resolved in [resolve(t)] if resolved and resolved != module}
         graph[module] = imported.union(*(_packages_loaded_with(t, module) for t in imported))
@@ -135,6 +146,11 @@ def test_importing_a_submodule_runs_the_packages_around_it_not_the_importers_own
     assert _packages_loaded_with("ppl_vae.models.vae", "ppl_vae.infer.parted") == {"ppl_vae.models"}
     assert _packages_loaded_with("ppl_vae.infer.terms", "ppl_vae.infer.parted") == set()
     assert _packages_loaded_with("ppl_vae.infer.terms", "ppl_vae.infer") == set()
+
+
+def test_a_module_imported_by_a_literal_name_counts():
+    tree = ast.parse('importlib.import_module("ppl_vae.recipes.vae")\nimport_module(f"ppl_vae.{x}")')
+    assert [node.args[0].value for node in ast.walk(tree) if _imports_by_name(node)] == ["ppl_vae.recipes.vae"]
 
 
 def test_the_cycle_finder_finds_a_cycle():
