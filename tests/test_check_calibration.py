@@ -9,7 +9,7 @@ from pyro import poutine
 from pyro.infer import TraceMeanField_ELBO
 
 from ppl_vae import fit
-from ppl_vae.checks import per_class_mass, point_means, posterior_predictive_check
+from ppl_vae.checks import per_class_mass, pixel_means, point_means, point_roughness, posterior_predictive_check
 from ppl_vae.models import VAE, ContrastiveVAE
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.nn import MLP, mlp_decoder
@@ -39,11 +39,13 @@ def simulated(vae: VAE, n: int = 400) -> torch.Tensor:
 def check_after_training_the_guide(x: torch.Tensor):
     vae = frozen_bernoulli_vae(0)
     fitted = fit(vae, TraceMeanField_ELBO(), {"x": x}, steps=300, batch_size=100, lr=1e-2, progress_bar=False).model
-    return posterior_predictive_check(fitted, {"x": x}, num_samples=30)
+    statistics = {"point_means": point_means, "pixel_means": pixel_means, "point_roughness": point_roughness}
+    return posterior_predictive_check(fitted, {"x": x}, statistics, num_samples=30)
 
 
 def test_a_model_on_data_it_generated_is_not_flagged():
     result = check_after_training_the_guide(simulated(frozen_bernoulli_vae(0)))
+    assert not result.misfit, result.findings
     assert 0.02 < result.discrepancy_p_values["x"] < 0.98
     for name in ("x/point_means", "x/pixel_means", "x/point_roughness"):
         summary = result.checks[name].summary()
@@ -53,6 +55,7 @@ def test_a_model_on_data_it_generated_is_not_flagged():
 
 def test_the_same_model_on_data_it_did_not_generate_is_flagged():
     result = check_after_training_the_guide(simulated(frozen_bernoulli_vae(5)))
+    assert result.misfit
     assert not 0.02 < result.discrepancy_p_values["x"] < 0.98
     assert result.checks["x/pixel_means"].summary()["extreme_fraction"] > 0.5
 
@@ -72,7 +75,7 @@ def test_an_all_tied_pixel_gets_one_half_and_is_uninformative():
         vae.decoder[0][-1].bias[0] = -100.0  # the first pixel is off in every draw
     x = simulated(vae, 50)
     assert not x[:, 0].any()
-    check = posterior_predictive_check(vae, {"x": x}, num_samples=5).checks["x/pixel_means"]
+    check = posterior_predictive_check(vae, {"x": x}, {"pixel_means": pixel_means}, num_samples=5).checks["x/pixel_means"]
     assert check.p_value[0] == 0.5
     assert not check.informative[0] and check.informative[1:].any()
     assert check.summary()["informative_fraction"] == pytest.approx(1 - (~check.informative).mean())
@@ -103,11 +106,11 @@ def test_labels_stay_observed_in_partedvae_replicates():
     x = (torch.rand(12, 1, 8, 8, generator=torch.Generator().manual_seed(2)) > 0.5).float()
     y = torch.arange(12) % 3
     spy = RecordsClasses(parted_model())
-    result = posterior_predictive_check(spy, {"x": x, "y": y}, num_samples=4)
+    result = posterior_predictive_check(spy, {"x": x, "y": y}, num_samples=4, marginal_samples=2)
     assert result.sites == ("x",)
     assert all(name.startswith("x/") for name in result.checks)
     assert set(result.discrepancy_p_values) == {"x"}
-    assert len(spy.classes) == 1 + 4  # the trace that finds the sites, then one per replicate
+    assert len(spy.classes) == 1 + 3 + 4  # the trace that finds the sites, the marginal replicates, the per-point ones
     for value, observed in spy.classes:
         assert observed
         assert torch.equal(value.argmax(-1), y)
@@ -136,7 +139,7 @@ def test_a_statistic_given_for_one_site_is_not_applied_to_the_others():
     )
     assert result.sites == ("target_x", "background_x")
     assert "target_x/mass" in result.checks and "background_x/mass" not in result.checks
-    assert "background_x/point_means" in result.checks and "target_x/point_means" not in result.checks
+    assert "background_x/feature_0" in result.checks and "target_x/feature_0" not in result.checks
 
 
 def test_statistics_without_a_site_are_refused_when_several_sites_are_replicated():

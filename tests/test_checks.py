@@ -29,11 +29,14 @@ def x():
 def test_fitted_model_passes_and_a_miscalibrated_noise_scale_fails(x):
     fitted = fit(gaussian_vae(0.3), TraceMeanField_ELBO(), {"x": x}, steps=300, batch_size=64, lr=1e-2, progress_bar=False).model
     result = posterior_predictive_check(fitted, {"x": x}, num_samples=30)
-    assert 0.02 < result.checks["x/point_means"].summary()["p_value"] < 0.98
+    assert not result.misfit, result.findings
+    assert 0.02 < result.checks["x/feature_0"].summary()["p_value"] < 0.98
     assert 0.02 < result.discrepancy_p_values["x"] < 0.98
     too_wide = gaussian_vae(5.0)
     too_wide.load_state_dict(fitted.state_dict())
-    assert posterior_predictive_check(too_wide, {"x": x}, num_samples=30).discrepancy_p_values["x"] == 1.0
+    wide = posterior_predictive_check(too_wide, {"x": x}, num_samples=30)
+    assert wide.discrepancy_p_values["x"] == 1.0
+    assert wide.misfit and {finding.direction for finding in wide.findings} >= {"too wide"}
 
 
 def test_user_statistics_vector_statistics_and_replicates(x, tmp_path):
@@ -47,7 +50,9 @@ def test_user_statistics_vector_statistics_and_replicates(x, tmp_path):
     assert result.replicates["x"].shape == (2, 200, 6)
     assert not torch.equal(result.replicates["x"][0], x)
     assert save_ppc_plot(result, tmp_path / "ppc.png").stat().st_size > 0
-    assert set(result.summary()) == {"x/mass", "x/means", "x/discrepancy_p_value"}
+    summary = result.summary()
+    assert list(summary)[:3] == ["misfit", "verdict", "findings"]
+    assert {key for key in summary if key.startswith("x/")} == {"x/mass", "x/means", "x/discrepancy_p_value"}
 
 
 def test_same_seed_gives_the_same_check(x):
@@ -102,13 +107,13 @@ def test_inference_data_leaves_out_sites_whose_replicates_were_not_all_kept(x):
     pytest.importorskip("arviz")
     idata = posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=4, keep_replicates=2).to_inference_data()
     assert "x" not in idata.posterior_predictive
-    assert "x.point_means" in idata.posterior_predictive
+    assert "x.feature_0" in idata.posterior_predictive
 
 
 def test_progress_is_a_bar_on_a_terminal_two_timed_lines_elsewhere_and_nothing_when_off(x, capsys, monkeypatch):
-    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2)
+    posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, marginal_samples=3)
     started, finished = capsys.readouterr().err.splitlines()
-    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] posterior predictive check: started, 2 replicates", started)
+    assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] posterior predictive check: started, 6 replicates", started)
     assert re.fullmatch(r"\[\d\d:\d\d:\d\d\] posterior predictive check: done in \d+\.\d s", finished)
     posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, progress=False)
     assert capsys.readouterr().err == ""
