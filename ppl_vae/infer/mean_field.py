@@ -139,7 +139,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
         Pyro's per-particle hook, which TraceMeanField_ELBO overrides too: Pyro has no public
         hook that adds sites to a particle's model after its guide has run and outside the plate
-        that vectorises particles (a term's factor counts once per particle, not per draw)."""
+        that vectorises particles (a term's factor, over all vectorised draws, counts once)."""
         if not self.terms:
             return super()._get_trace(model, guide, args, kwargs)
         if isinstance(poutine.unwrap(guide), Messenger):
@@ -147,8 +147,9 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         return super()._get_trace(*with_terms(model, guide, self.terms, current_call()), args, kwargs)
 
     def _differentiable_loss_particle(self, model_trace: Trace, guide_trace: Trace) -> tuple[float, torch.Tensor]:
-        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss a float), Pyro's hook for
-        ``loss_and_grads``, as CEVAE's objective overrides it; :attr:`logged` then holds the particle's values."""
+        """``(loss, surrogate)`` of one particle, both ``-ELBO`` (the loss a float): Pyro's hook for
+        ``loss_and_grads``, which CEVAE's objective overrides too (here the KLs carry beta and
+        the particle's values are logged); :attr:`logged` then holds them."""
         surrogate, self.logged = self._particle(model_trace, guide_trace, current_call())
         return torch_item(surrogate), surrogate
 
@@ -192,7 +193,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
         loss: torch.Tensor | float = 0.0
-        with call:  # Pyro's loop over particles (sequential, or vectorised in one trace) is ELBO._get_traces alone
+        with call:  # Pyro offers its loop over particles (sequential or vectorised) only as ELBO._get_traces
             for model_trace, guide_trace in self._get_traces(model, guide, args, kwargs):
                 surrogate, logged = self._particle(model_trace, guide_trace, call)
                 loss = loss + surrogate / self.num_particles
@@ -240,7 +241,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
-        with call:  # one particle: Pyro's hook for it is ELBO._get_trace alone
+        with call:  # Pyro offers one particle's traces only as ELBO._get_trace
             traces = self._get_trace(model, guide, args, kwargs)
         self.logged = dict(call.logged)
         return traces
@@ -254,7 +255,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         :param args: positional arguments of the model and guide.
         :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs, keep_graph=True)
-        with call:  # one particle: Pyro's hook for it is ELBO._get_trace alone
+        with call:  # Pyro offers one particle's traces only as ELBO._get_trace
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
         return self._particle(model_trace, guide_trace, call)[1]
 

@@ -195,3 +195,35 @@ def test_predictive_draws_posterior_predictive_samples_without_a_custom_objectiv
         assert samples[site].shape == (3, *data[key].shape)
     unconditioned = poutine.trace(poutine.uncondition(model.model)).get_trace(**data)
     assert all(torch.isfinite(site["value"]).all() for site in unconditioned.nodes.values() if site["type"] == "sample")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_the_traces_hold_pyros_own_nodes_and_keys_only(name):
+    """The terms' values reach the loss without a node of their own in Pyro's traces or a
+    private key in a site: both traces are what Pyro's estimator builds, with the terms' factors."""
+    build_model, build_objective, batch, _ = PRESETS[name]
+    model, objective = build_model(), build_objective()
+    plain_trace = poutine.trace(model.model).get_trace(**batch())
+    site_keys = set(next(site for site in plain_trace.nodes.values() if site["type"] == "sample"))
+    for trace in objective.traces(model.model, model.guide, **batch(), step=0):
+        assert {site["type"] for site in trace.nodes.values()} <= {"sample", "param", "args", "return"}
+        for site in trace.nodes.values():
+            if site["type"] == "sample":
+                assert set(site) - {"log_prob", "unscaled_log_prob", "log_prob_sum", "score_parts"} <= site_keys
+
+
+def test_with_terms_a_guide_whose_sites_come_in_another_order_gets_pyros_mean_field_warning():
+    def model(x):
+        with pyro.plate("data", len(x)):
+            a = pyro.sample("a", pyro.distributions.Normal(0.0, 1.0))
+            b = pyro.sample("b", pyro.distributions.Normal(0.0, 1.0))
+            pyro.sample("x", pyro.distributions.Normal(a + b, 1.0), obs=x)
+
+    def guide(x):
+        with pyro.plate("data", len(x)):
+            pyro.sample("b", pyro.distributions.Normal(0.0, 1.0))
+            pyro.sample("a", pyro.distributions.Normal(0.0, 1.0))
+
+    elbo = MeanFieldELBO(terms=[Capacity("a", gamma=1.0, capacity=LinearCapacity(0.0, 1.0, 10))])
+    with pytest.warns(UserWarning, match="Failed to verify mean field restriction on the guide"):
+        elbo.differentiable_loss(model, guide, torch.zeros(4), step=0)
