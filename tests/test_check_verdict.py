@@ -188,3 +188,10 @@ def test_the_verdict_repeats_with_the_seed():
     first = posterior_predictive_check(model, {"x": x}, seed=3, **QUICK).summary()
     assert posterior_predictive_check(model, {"x": x}, seed=3, **QUICK).summary() == first
     assert first["verdict"].startswith("no misfit found") and first["misfit"] is False
+
+
+def test_the_criticism_page_shows_the_pinwheel_table_of_the_script(pinwheel_checks):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "criticism.md").read_text()
+    start = page.index("| fit | misfit | directions found |")
+    shown = page[start:page.index("\n\n", start)]
+    assert pinwheel.table_rows(shown) == pinwheel.table_rows(pinwheel.table(pinwheel_checks))

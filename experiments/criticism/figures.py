@@ -15,8 +15,8 @@ fitted to those images by :func:`ppl_vae.fit`:
 Each is checked on 500 of its training images with the default statistics (per image mean,
 per pixel mean, per image roughness) and the mass of each digit class, and the script writes
 
-- ``criticism_checks.png``: the panels of :func:`ppl_vae.viz.plot_ppc`, the good fit's
-  above the bad fit's;
+- ``criticism_checks_good.png``, ``criticism_checks_bad.png``: the figure of
+  :func:`ppl_vae.viz.plot_ppc` for each fit;
 - ``criticism_replicates.png``: eight images, and one replicate of each from either fit.
 
 It prints each check's summary. One torch thread, about a minute on a CPU.
@@ -40,7 +40,7 @@ from ppl_vae.checks import PPCResult, default_statistics, per_class_mass, poster
 from ppl_vae.data import MNIST  # noqa: E402
 from ppl_vae.models import VAE  # noqa: E402
 from ppl_vae.nn import MLP, mlp_decoder  # noqa: E402
-from ppl_vae.viz import plot_ppc  # noqa: E402
+from ppl_vae.viz import save_ppc_plot  # noqa: E402
 
 DOCS_STATIC = Path(__file__).resolve().parents[2] / "docs" / "_static"
 EVENT = (1, 28, 28)
@@ -77,18 +77,9 @@ def check(vae: VAE, x: torch.Tensor, y: torch.Tensor, num_samples: int) -> PPCRe
     return posterior_predictive_check(vae, {"x": x}, statistics, num_samples=num_samples, keep_replicates=1)
 
 
-def save_checks(checks: dict[str, PPCResult], path: Path) -> None:
-    """The panels of :func:`ppl_vae.viz.plot_ppc`, one row per fit, so that each column
-    compares the fits on one statistic; written small (72 dpi)."""
-    columns = len(next(iter(checks.values())).checks)
-    figure, axes = plt.subplots(len(checks), columns, figsize=(4 * columns, 4.2 * len(checks)))
-    for row, (fit_name, result) in zip(axes, checks.items(), strict=True):
-        plot_ppc(result, axes=row)
-        for ax in row:
-            ax.set_title(f"{fit_name}: {ax.get_title()}", fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=72)
-    plt.close(figure)
+def save_checks(result: PPCResult, path: Path) -> None:
+    """The figure of :func:`ppl_vae.viz.save_ppc_plot` (the verdict as its title)."""
+    save_ppc_plot(result, path)
 
 
 def save_replicates(x: torch.Tensor, good: PPCResult, bad: PPCResult, path: Path, columns: int = 8) -> None:
@@ -124,9 +115,11 @@ def main() -> None:
     good = check(good_fit, checked_x, checked_y, args.num_samples)
     bad = check(bad_fit, checked_x, checked_y, args.num_samples)
     args.out.mkdir(parents=True, exist_ok=True)
-    save_checks({"good fit": good, "bad fit": bad}, args.out / "criticism_checks.png")
+    save_checks(good, args.out / "criticism_checks_good.png")
+    save_checks(bad, args.out / "criticism_checks_bad.png")
     save_replicates(checked_x, good, bad, args.out / "criticism_replicates.png")
     print(json.dumps({"good fit": good.summary(), "bad fit": bad.summary()}, indent=1))
+    print(f"good fit: {good.verdict}\nbad fit: {bad.verdict}")
     print(f"figures in {args.out.resolve()} ({time.perf_counter() - start:.0f} s)")
 
 

@@ -63,12 +63,20 @@ def check_fits(steps: int = STEPS, seed: int = 0) -> dict[str, PPCResult]:
 
 
 def table(results: dict[str, PPCResult]) -> str:
-    """The Markdown table of docs/criticism.md: each fit's verdict and strongest findings."""
-    rows = ["| fit | misfit | findings (the strongest three) |", "|---|---|---|"]
+    """The Markdown table of docs/criticism.md: each fit's verdict, the directions of its
+    findings and its strongest finding."""
+    rows = ["| fit | misfit | directions found | strongest finding |", "|---|---|---|---|"]
     for name, result in results.items():
-        findings = "<br>".join(str(finding).replace("|", "\\|") for finding in result.findings[:3]) or result.verdict
-        rows.append(f"| {name} | {result.misfit} | {findings} |")
+        directions = ", ".join(sorted({finding.direction for finding in result.findings})) or "none"
+        strongest = str(result.findings[0]).replace("|", "\\|") if result.findings else result.verdict
+        rows.append(f"| {name} | {result.misfit} | {directions} | {strongest} |")
     return "\n".join(rows)
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The fit, misfit and directions cells of each row of a :func:`table` (what the check
+    decides, without its p-values' last digits)."""
+    return [[cell.strip() for cell in line.strip("|").split(" | ")[:3]] for line in markdown.splitlines()[2:]]
 
 
 def main() -> None:

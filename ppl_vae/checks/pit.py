@@ -130,6 +130,25 @@ class PITTest:
         return float(2 * stats.norm.sf(abs(z)))
 
     @property
+    def tail_shares(self) -> tuple[float, float]:
+        """The shares of PITs below ``TAIL`` and above ``1 - TAIL`` (0.1 each for a model that fits)."""
+        return float(np.mean(self.pit < TAIL)), float(np.mean(self.pit > 1 - TAIL))
+
+    @property
+    def one_sided_excess(self) -> Literal["higher", "lower"] | None:
+        """``"lower"`` (``"higher"``) when the outer deciles hold more than expected and at least
+        three quarters of them lie in the lower (upper) one: a shift, not a spread, so its
+        finding is worded as a bias; ``None`` otherwise."""
+        below, above = self.tail_shares
+        if below + above <= OUTER_SHARE:
+            return None
+        if below >= 0.75 * (below + above):
+            return "lower"
+        if above >= 0.75 * (below + above):
+            return "higher"
+        return None
+
+    @property
     def spread_direction(self) -> Direction:
         """``"too narrow"`` when the data stray further than the replicates, else ``"too wide"``."""
         return "too narrow" if self.outer_share > OUTER_SHARE else "too wide"
@@ -198,7 +217,13 @@ def findings_of(test: PITTest, tests: int, level: float) -> list[Finding]:
     its spread and (for an exact test) its bias, each when its adjusted p-value is below ``level``."""
     found = []
     spread = min(1.0, test.spread_p_value * tests)
-    if spread < level:
+    one_tail = test.one_sided_excess
+    if spread < level and one_tail is not None:
+        share = test.tail_shares[0 if one_tail == "lower" else 1]
+        found.append(Finding(test.check, test.site, test.statistic, one_tail,
+                             f"{share:.2f} of PITs in the {one_tail} decile, {TAIL:.2f} expected", spread,
+                             (test.higher if one_tail == "higher" else test.lower) + ", at one tail"))
+    elif spread < level:
         direction = test.spread_direction
         found.append(Finding(test.check, test.site, test.statistic, direction,
                              f"outer-decile share {test.outer_share:.2f}, {OUTER_SHARE:.2f} expected", spread,
