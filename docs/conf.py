@@ -136,7 +136,7 @@ def _row_target(row) -> str | None:
 
 def _defining_context(node) -> list[str]:
     """The module that defines the object whose description (or autosummary row) holds ``node``
-    (``ppl_vae.infer.distributed`` for ``ppl_vae.infer.global_batch``), with its class for a
+    (``ppl_vae.infer.distributed`` for ``ppl_vae.infer.GlobalBatch``), with its class for a
     method; none elsewhere."""
     reference_module = node.get("py:module")
     while node is not None and not isinstance(node, (addnodes.desc, nodes.row)):
@@ -161,8 +161,8 @@ def _resolve_at_documented_home(app, env, node, contnode):
     """Resolve a reference to a ppl_vae object by a name it is not documented under to the page
     that documents it: ``ppl_vae.fit`` (``ppl_vae.train.fit``), ``ppl_vae.models.vae.VAE``
     (``ppl_vae.models.VAE``), or a name relative to the module that defines the object
-    whose docstring holds the reference (``local_rows`` in ``global_batch``'s, defined in
-    ``ppl_vae.infer.distributed``, is ``ppl_vae.infer.distributed.local_rows``).
+    whose docstring holds the reference (``world_size`` in ``GlobalBatch``'s, defined in
+    ``ppl_vae.infer.distributed``, is ``ppl_vae.infer.distributed.world_size``).
 
     The target, then the target under the reference's module and class, then under the defining
     module and class, is looked up: a documented name as it is, else the longest prefix of it

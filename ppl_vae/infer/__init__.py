@@ -2,7 +2,7 @@
 auxiliary steps."""
 from ppl_vae.infer.contrastive import ContrastiveELBO, TotalCorrelation, discriminator_loss, permute_shared
 from ppl_vae.infer.decomposition import AggregateDivergence, DecompositionELBO
-from ppl_vae.infer.distributed import all_gather, global_batch, shared_permutation
+from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.divergences import aggregate_log_density, inclusive_kl, mmd_dimensionwise
 from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.mean_field import MeanFieldELBO
@@ -34,12 +34,11 @@ __all__ = [
     "TotalCorrelation",
     "TrainingIteration",
     "TrainingLoss",
-    "all_gather",
-    "global_batch",
-    "shared_permutation",
     "AuxiliaryStep",
     "ContrastiveELBO",
     "DecompositionELBO",
+    "GlobalBatch",
+    "LOCAL_BATCH",
     "LinearCapacity",
     "LinearSchedule",
     "MeanFieldELBO",

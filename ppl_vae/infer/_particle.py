@@ -24,6 +24,7 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import effectful
 from torch import nn
 
+from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.terms import Term, TermSites
 
 
@@ -65,16 +66,19 @@ class TermCall(Messenger):
 
     :param inputs: the call's keyword arguments that the terms take (:meth:`~ppl_vae.infer.terms.Term.inputs`).
     :param step: the training step of the call (``None`` when it gave none).
+    :param global_batch: the global batch of the call, over which the terms take batch-level quantities.
     :param keep_graph: keep the graphs of the terms' values (otherwise they are recorded detached).
     """
 
-    def __init__(self, inputs: Mapping[str, Any], step: int | torch.Tensor | None, keep_graph: bool) -> None:
+    def __init__(
+        self, inputs: Mapping[str, Any], step: int | torch.Tensor | None, global_batch: GlobalBatch, keep_graph: bool
+    ) -> None:
         super().__init__()
-        self.inputs, self.step, self.keep_graph = dict(inputs), step, keep_graph
+        self.inputs, self.step, self.global_batch, self.keep_graph = dict(inputs), step, global_batch, keep_graph
         #: Per-point value of each term and ``<term>/<part>`` of the particle last run, in the order evaluated.
         self.logged: dict[str, torch.Tensor | float] = {}
         #: The terms' arguments for their auxiliary steps (:meth:`~ppl_vae.infer.terms.Term.step_arguments`).
-        self.step_arguments: dict[str, dict[str, torch.Tensor]] = {}
+        self.step_arguments: dict[str, dict[str, Any]] = {}
 
     def _pyro_term_call(self, msg: dict[str, Any]) -> None:
         msg["value"] = self
@@ -99,8 +103,8 @@ class TermCall(Messenger):
 
 @effectful(type="term_call")
 def current_call() -> TermCall:
-    """The innermost :class:`TermCall` (outside one: a call with no inputs or step)."""
-    return TermCall({}, None, keep_graph=False)
+    """The innermost :class:`TermCall` (outside one: a call with no inputs or step, on this process's batch)."""
+    return TermCall({}, None, LOCAL_BATCH, keep_graph=False)
 
 
 def with_terms(model: Callable, guide: Callable, terms: Sequence[Term], call: TermCall) -> tuple[Callable, Callable]:
@@ -122,7 +126,8 @@ def with_terms(model: Callable, guide: Callable, terms: Sequence[Term], call: Te
         traced_model = poutine.trace(model)
         result = traced_model(*args, **kwargs)
         model_sites = {name: site for name, site in traced_model.trace.nodes.items() if site["type"] == "sample"}
-        call.add_terms(terms, TermSites(traced_guide.trace, model_sites, module, plain_guide, call.inputs, call.step))
+        sites = TermSites(traced_guide.trace, model_sites, module, plain_guide, call.inputs, call.step, call.global_batch)
+        call.add_terms(terms, sites)
         return result
 
     return model_with_terms, traced_guide

@@ -14,6 +14,7 @@ points of the batch, and at its optimum ``log D(v) / (1 - D(v)) = log q(s, z) / 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from pyro import poutine
@@ -22,7 +23,7 @@ from torch.func import functional_call
 
 from ppl_vae._constants import CONTRASTIVE
 from ppl_vae._validation import finite, positive_integer, site_name
-from ppl_vae.infer.distributed import all_gather, local_rows, shared_permutation
+from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.infer.terms import Term, TermSites
@@ -31,23 +32,26 @@ from ppl_vae.nn.discriminator import TCDiscriminator
 __all__ = ["ContrastiveELBO", "TotalCorrelation", "discriminator_loss", "permute_shared"]
 
 
-def permute_shared(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def permute_shared(s: torch.Tensor, z: torch.Tensor, global_batch: GlobalBatch = LOCAL_BATCH) -> torch.Tensor:
     """Samples of q(s) q(z) from joint samples: ``[s_n, z_pi(n)] (B, D_s + D_z)`` for a random
     permutation pi of the batch (the authors swap the halves of the batch instead).
 
     Under data parallelism pi permutes the global batch (one permutation for every process,
-    :func:`~ppl_vae.infer.distributed.shared_permutation`) and each process returns its own
-    rows n, whose partner z_pi(n) may live on another process (gathered): together the
+    :meth:`~ppl_vae.infer.distributed.GlobalBatch.shared_permutation`) and each process returns
+    its own rows n, whose partner z_pi(n) may live on another process (gathered): together the
     processes build exactly the pairs one process with the global batch would.
 
     :param s: ``(B, D_s)`` samples of the salient latent s.
-    :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s."""
-    every_z = all_gather(z)
-    partners = local_rows(shared_permutation(every_z.shape[0], device=z.device), z.shape[0])
+    :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s.
+    :param global_batch: the global batch the rows belong to (this process's alone by default)."""
+    every_z = global_batch.all_gather(z)
+    partners = global_batch.local_rows(global_batch.shared_permutation(every_z.shape[0], device=z.device), z.shape[0])
     return torch.cat([s, every_z[partners]], dim=-1)
 
 
-def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+def discriminator_loss(
+    discriminator: nn.Module, s: torch.Tensor, z: torch.Tensor, global_batch: GlobalBatch = LOCAL_BATCH
+) -> torch.Tensor:
     """``mean_n [-log D([s_n, z_n]) - log(1 - D([s_n, z_pi(n)]))]``, the logistic loss of
     joint against permuted samples (Abid & Zou 2019, appendix C), from logits. Under data
     parallelism the mean runs over this process's rows of the global batch (pairs from
@@ -57,9 +61,10 @@ def discriminator_loss(discriminator: nn.Module, s: torch.Tensor, z: torch.Tenso
     :param discriminator: D, mapping ``(B, D_s + D_z)`` inputs to ``(B,)`` logits.
     :param s: ``(B, D_s)`` detached samples of the salient latent s.
     :param z: ``(B, D_z)`` detached samples of the shared latent z, row n from the same point
-        as ``s``'s."""
+        as ``s``'s.
+    :param global_batch: the global batch the rows belong to (this process's alone by default)."""
     joint = discriminator(torch.cat([s, z], dim=-1))
-    product = discriminator(permute_shared(s, z))
+    product = discriminator(permute_shared(s, z, global_batch))
     return torch.nn.functional.softplus(-joint).mean() + torch.nn.functional.softplus(product).mean()
 
 
@@ -140,16 +145,17 @@ class TotalCorrelation(Term):
         z = sites.model_site(self.shared_site)["value"]
         return self.log_density_ratio(s, z).mean(), {}
 
-    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
-        """``{"discriminator": {"salient_sample": s, "shared_sample": z}}``, the ELBO step's
-        samples, detached, for the discriminator step; none when the weight is 0 (no step).
+    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, Any]]:
+        """``{"discriminator": {"salient_sample": s, "shared_sample": z, "global_batch": ...}}``:
+        the ELBO step's samples, detached, and the global batch they belong to, for the
+        discriminator step; none when the weight is 0 (no step).
 
         :param sites: what the term read for the ELBO step's (last) particle."""
         if self.weight == 0:
             return {}
         s = sites.model_site(self.salient_site)["value"]
         z = sites.model_site(self.shared_site)["value"]
-        return {self.STEP: {"salient_sample": s.detach(), "shared_sample": z.detach()}}
+        return {self.STEP: {"salient_sample": s.detach(), "shared_sample": z.detach(), "global_batch": sites.global_batch}}
 
     def auxiliary_modules(self) -> dict[str, nn.Module]:
         """``{"discriminator": D}``, for the engine to move and checkpoint."""
@@ -159,8 +165,8 @@ class TotalCorrelation(Term):
         """The discriminator step (after each ELBO step): :func:`discriminator_loss` on detached
         ``[s, z]``: ``salient_sample`` and ``shared_sample`` when given (the samples the ELBO
         step drew on the same batch, :meth:`step_arguments`: no second pass through the
-        encoders), else fresh ones from ``model.guide`` on the batch (a plain SVI loop); none
-        when the weight is 0.
+        encoders), else fresh ones from ``model.guide`` on the batch (a plain SVI loop), pairs
+        permuted over the ``global_batch`` the ELBO step hands on; none when the weight is 0.
 
         :param model: the model being trained (its ``guide`` draws the fresh samples, its
             ``model`` gives D's input size when ``input_dim`` was not given)."""
@@ -169,11 +175,14 @@ class TotalCorrelation(Term):
         self.discriminator.build(self.discriminator_input_dim(model))
 
         def loss(
-            salient_sample: torch.Tensor | None = None, shared_sample: torch.Tensor | None = None, **batch: torch.Tensor
+            salient_sample: torch.Tensor | None = None,
+            shared_sample: torch.Tensor | None = None,
+            global_batch: GlobalBatch = LOCAL_BATCH,
+            **batch: torch.Tensor,
         ) -> torch.Tensor:
             if salient_sample is None or shared_sample is None:
                 salient_sample, shared_sample = self.guide_samples(model, **batch)
-            return discriminator_loss(self.discriminator, salient_sample, shared_sample)
+            return discriminator_loss(self.discriminator, salient_sample, shared_sample, global_batch)
 
         return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
 

@@ -36,7 +36,6 @@ from torch.utils.checkpoint import checkpoint
 from ppl_vae._constants import DIVERGENCES
 from ppl_vae._storage import stored_as_float
 from ppl_vae._validation import choice, positive_integer, site_name
-from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES, aggregate_log_density, mmd_dimensionwise
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
@@ -124,20 +123,21 @@ class AggregateDivergence(Term):
         guide_site = sites.guide_site(self.site)
         prior = sites.model_site(self.site)["fn"]
         prior_z = _prior_draws(prior)
+        gather = sites.global_batch.all_gather
         if self.divergence == "mmd":
             posterior_z = guide_site["value"].reshape(-1, prior_z.shape[-1])
-            return mmd_dimensionwise(all_gather(posterior_z), all_gather(prior_z), self.length_scales), {}
+            return mmd_dimensionwise(gather(posterior_z), gather(prior_z), self.length_scales), {}
         prior_log_prob = prior.log_prob(prior_z.reshape(prior.shape())).reshape(-1)
         if aggregate_data is None:
             loc, scale = diagonal_normal_parameters(guide_site["fn"], self.site)
-            loc, scale = all_gather(loc.reshape(-1, loc.shape[-1])), all_gather(scale.reshape(-1, scale.shape[-1]))
+            loc, scale = gather(loc.reshape(-1, loc.shape[-1])), gather(scale.reshape(-1, scale.shape[-1]))
         else:
             loc, scale = aggregate_encodings(sites.guide, aggregate_data, self.site, self.chunk_size, prior_z.device)
         log_ratio = prior_log_prob - aggregate_log_density(prior_z, loc, scale, self.chunk_size)
         estimate = log_ratio.mean()
         if not prior.has_rsample and prior_log_prob.requires_grad:
             detached = log_ratio.detach()
-            every_draw = all_gather(detached)
+            every_draw = gather(detached)
             if every_draw.shape[0] > 1:
                 baseline = (every_draw.sum() - detached) / (every_draw.shape[0] - 1)
                 estimate = estimate + ((detached - baseline) * (prior_log_prob - prior_log_prob.detach())).mean()

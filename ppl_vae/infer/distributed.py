@@ -7,25 +7,27 @@ functions of the *whole* minibatch instead: the MMD and the inclusive KL between
 aggregate posterior and the prior (:class:`~ppl_vae.infer.decomposition.DecompositionELBO`),
 the aggregate q(c) of PartedVAE, the shuffled pairs of the contrastive VAE's TC
 discriminator. Computed per process they would see B points rather than N B. The
-functions here give them the global batch:
+methods of :class:`GlobalBatch` give them the global batch:
 
-- :func:`all_gather` concatenates a ``(B, ...)`` tensor of every process into the
+- :meth:`~GlobalBatch.all_gather` concatenates a ``(B, ...)`` tensor of every process into the
   ``(N B, ...)`` tensor that one process with batch N B would have built, in rank order
   (rank r holds rows ``r B`` to ``(r + 1) B`` of the global batch, as
   :class:`~ppl_vae.train.TensorBatches` deals them), and keeps gradients;
-- :func:`shared_permutation` draws one permutation of the global batch for every process;
-- :func:`local_rows` picks this process's rows out of a global tensor.
+- :meth:`~GlobalBatch.shared_permutation` draws one permutation of the global batch for every process;
+- :meth:`~GlobalBatch.local_rows` picks this process's rows out of a global tensor.
 
-They only act inside :func:`global_batch`, which the engine enters around each training
-step when it runs on more than one process. Everywhere else (a plain SVI loop, a
-notebook, the evaluation after training, which runs on one process) they return their
-input unchanged and draw their randomness from the ordinary torch generator, so an
-objective that uses them behaves exactly as before on one process.
+The training iteration (:class:`~ppl_vae.infer.TrainingIteration`,
+which the engine runs) owns one and hands it to each call of the objective (its ``global_batch``
+argument), a term reads it as the ``global_batch`` of :class:`~ppl_vae.infer.terms.TermSites`,
+and the ELBO step hands it on to the auxiliary steps after it. On one process, and for a call
+that gives none (a plain SVI loop, a notebook, the evaluation after training), every method is
+the identity on its input (:data:`LOCAL_BATCH`) and randomness comes from the ordinary torch
+generator, so an objective behaves exactly as it does without data parallelism.
 
 Gradients. With losses :math:`L_1, \dots, L_N` on the N processes, DDP averages the
 parameter gradients, i.e. it follows :math:`\nabla \frac{1}{N}\sum_r L_r`. A term of
-:math:`L_r` that depends on other processes' rows through :func:`all_gather` contributes
-to their gradients, so the backward pass of :func:`all_gather` sums the incoming
+:math:`L_r` that depends on other processes' rows through :meth:`~GlobalBatch.all_gather` contributes
+to their gradients, so the backward pass of :meth:`~GlobalBatch.all_gather` sums the incoming
 gradients over processes and hands each process the rows it contributed. The average
 over processes of the resulting parameter gradients is then exactly
 :math:`\nabla \frac{1}{N}\sum_r L_r`.
@@ -34,23 +36,10 @@ This module imports neither Lightning nor the engine, so objectives can use it.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 import torch.distributed as dist
 
-__all__ = [
-    "all_gather",
-    "global_batch",
-    "is_gathering",
-    "local_rows",
-    "process_rank",
-    "shared_permutation",
-    "world_size",
-]
-
-_gathering = False
+__all__ = ["LOCAL_BATCH", "GlobalBatch", "process_rank", "world_size"]
 
 
 def _initialised() -> bool:
@@ -65,29 +54,6 @@ def world_size() -> int:
 def process_rank() -> int:
     """This process's rank in the default process group (0 when there is none)."""
     return dist.get_rank() if _initialised() else 0
-
-
-def is_gathering() -> bool:
-    """Whether batch-level terms are computed over every process's batch right now: inside
-    :func:`global_batch`, with an initialised process group of more than one process."""
-    return _gathering and world_size() > 1
-
-
-@contextmanager
-def global_batch() -> Iterator[None]:
-    """Within this block, :func:`all_gather`, :func:`shared_permutation` and
-    :func:`local_rows` act over all processes of the default process group.
-
-    Every process must run the same sequence of gathers inside the block (the same
-    objective on batches of the same shapes), as with any collective. The engine enters it
-    around each training step; a hand-written DDP loop would do the same around its loss.
-    """
-    global _gathering
-    previous, _gathering = _gathering, True
-    try:
-        yield
-    finally:
-        _gathering = previous
 
 
 class _AllGather(torch.autograd.Function):
@@ -109,44 +75,65 @@ class _AllGather(torch.autograd.Function):
         return grad[ctx.rows]
 
 
-def all_gather(tensor: torch.Tensor) -> torch.Tensor:
-    """This process's ``(B, ...)`` rows of a batch-level quantity -> the global ``(N B, ...)``.
+class GlobalBatch:
+    """The global batch of one training iteration: this process's ``(B, ...)`` rows and, under
+    data parallelism, every other process's (the module's docstring).
 
-    Rows come in rank order, so the result is what one process with the whole global batch
-    would compute. Differentiable: the gradient reaching ``tensor`` is the sum over
-    processes of the gradients of their losses with respect to its rows (see the module's
-    docstring for why the sum is right under DDP's averaging). Every process must pass the
-    same shape (the engine's batches have the same size on every process).
+    Every process must run the same sequence of gathers (the same objective on batches of the
+    same shapes), as with any collective.
 
-    Outside :func:`global_batch`, or on one process, returns ``tensor`` itself.
-
-    :param tensor: this process's ``(B, ...)`` rows, the same shape on every process.
+    :param across_processes: take batch-level quantities over the processes of the default
+        process group (when it has more than one); ``False`` keeps them to this process's rows
+        (:data:`LOCAL_BATCH`).
     """
-    if not is_gathering():
-        return tensor
-    return _AllGather.apply(tensor)
+
+    def __init__(self, across_processes: bool = True) -> None:
+        self.across_processes = bool(across_processes)
+
+    @property
+    def gathering(self) -> bool:
+        """Whether batch-level quantities are taken over several processes: across processes,
+        with an initialised process group of more than one process."""
+        return self.across_processes and world_size() > 1
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This process's ``(B, ...)`` rows of a batch-level quantity -> the global ``(N B, ...)``.
+
+        Rows come in rank order, so the result is what one process with the whole global batch
+        would compute. Differentiable: the gradient reaching ``tensor`` is the sum over
+        processes of the gradients of their losses with respect to its rows (see the module's
+        docstring for why the sum is right under DDP's averaging). ``tensor`` itself when not
+        :attr:`gathering`.
+
+        :param tensor: this process's ``(B, ...)`` rows, the same shape on every process."""
+        return _AllGather.apply(tensor) if self.gathering else tensor
+
+    def local_rows(self, tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
+        """This process's ``num_rows`` rows of a global ``(N num_rows, ...)`` tensor (the rows
+        :meth:`all_gather` took from it); the tensor itself when not :attr:`gathering`.
+
+        :param tensor: a global ``(N num_rows, ...)`` tensor, its rows in rank order.
+        :param num_rows: B, the rows each process contributed."""
+        if not self.gathering:
+            return tensor
+        start = process_rank() * num_rows
+        return tensor[start : start + num_rows]
+
+    def shared_permutation(self, size: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """A random permutation of ``range(size)`` ``(size,)``, the same on every process: drawn
+        by ``torch.randperm`` on rank 0 and broadcast (processes draw from different seeds);
+        ``torch.randperm(size, device=device)`` when not :attr:`gathering`.
+
+        :param size: the number of items permuted (the global batch size).
+        :param device: the device the permutation is drawn on (``None``: the default device)."""
+        permutation = torch.randperm(size, device=device)
+        if self.gathering:
+            dist.broadcast(permutation, src=0)
+        return permutation
+
+    def __repr__(self) -> str:
+        return f"GlobalBatch(across_processes={self.across_processes})"
 
 
-def local_rows(tensor: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """This process's ``num_rows`` rows of a global ``(N num_rows, ...)`` tensor (the rows
-    :func:`all_gather` took from it); the tensor itself outside :func:`global_batch`.
-
-    :param tensor: a global ``(N num_rows, ...)`` tensor, its rows in rank order.
-    :param num_rows: B, the rows each process contributed."""
-    if not is_gathering():
-        return tensor
-    start = process_rank() * num_rows
-    return tensor[start : start + num_rows]
-
-
-def shared_permutation(size: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """A random permutation of ``range(size)`` ``(size,)``, the same on every process: drawn
-    by ``torch.randperm`` on rank 0 and broadcast (processes draw from different seeds).
-    Outside :func:`global_batch` it is ``torch.randperm(size, device=device)``.
-
-    :param size: the number of items permuted (the global batch size).
-    :param device: the device the permutation is drawn on (``None``: the default device)."""
-    permutation = torch.randperm(size, device=device)
-    if is_gathering():
-        dist.broadcast(permutation, src=0)
-    return permutation
+#: One process's batch alone: what a call of an objective that gives no global batch uses.
+LOCAL_BATCH = GlobalBatch(across_processes=False)

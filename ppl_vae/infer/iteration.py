@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ppl_vae._validation import finite
+from ppl_vae.infer.distributed import GlobalBatch
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss, auxiliary_steps, training_loss
 
 __all__ = ["Batch", "TrainingIteration", "step_inputs"]
@@ -67,7 +68,7 @@ class TrainingIteration:
         its ``auxiliary_steps(model)`` are taken around it.
     :param lr: the learning rate of every optimiser whose step names none.
     :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
-    :param elbo_loss: the ELBO step as ``(step=t, **batch) -> TrainingLoss``; default
+    :param elbo_loss: the ELBO step as ``(step=t, global_batch=g, **batch) -> TrainingLoss``; default
         ``ppl_vae.infer.steps.training_loss(objective, model.model, model.guide)``, the
         objective's ``training_loss`` (or its ``differentiable_loss``). Any callable of that
         signature takes its place, e.g. the default wrapped by ``torch.compile``.
@@ -76,6 +77,10 @@ class TrainingIteration:
     :param elbo_arguments: keyword arguments of the ELBO step on every iteration besides the
         batch, e.g. ``{"aggregate_data": {"x": X}}``, the whole data set of an
         :class:`~ppl_vae.infer.decomposition.AggregateDivergence`.
+    :param global_batch: the global batch each iteration's batch belongs to, handed to the ELBO
+        step (and by it to the steps after it): batch-level terms and steps are taken over it.
+        Default: over the processes of the default process group under data parallelism, this
+        process's batch alone otherwise (:class:`~ppl_vae.infer.distributed.GlobalBatch`).
     """
 
     def __init__(
@@ -87,8 +92,10 @@ class TrainingIteration:
         elbo_loss: Callable[..., TrainingLoss] | None = None,
         backward: Callable[[torch.Tensor], None] | None = None,
         elbo_arguments: Mapping[str, Any] | None = None,
+        global_batch: GlobalBatch | None = None,
     ) -> None:
         finite("lr", lr, positive=True)
+        self.global_batch = global_batch if global_batch is not None else GlobalBatch()
         make = optimizer or (lambda params, rate: torch.optim.Adam(params, lr=rate))
         self.objective = objective
         self.elbo_loss = elbo_loss or training_loss(objective, model.model, model.guide)
@@ -142,7 +149,7 @@ class TrainingIteration:
         for auxiliary, optimizer in zip(self.steps, step_optimizers, strict=True):
             if auxiliary.when == "before":
                 values[f"{auxiliary.name}_loss"] = self._auxiliary(auxiliary, optimizer, batch, elbo_inputs)
-        elbo: TrainingLoss = self.elbo_loss(**elbo_inputs, **self.elbo_arguments, step=step)
+        elbo: TrainingLoss = self.elbo_loss(**elbo_inputs, **self.elbo_arguments, step=step, global_batch=self.global_batch)
         values.update(elbo.logged)
         self.take_step(elbo_optimizer, elbo.loss)
         values["elbo_loss"] = elbo.loss.detach()
@@ -158,7 +165,7 @@ class TrainingIteration:
         optimizer: Any,
         batch: Batch,
         elbo_inputs: dict[str, torch.Tensor],
-        arguments: Mapping[str, torch.Tensor] | None = None,
+        arguments: Mapping[str, Any] | None = None,
     ) -> torch.Tensor:
         loss = step.loss(**(elbo_inputs if step.data_group is None else step_inputs(batch, step.data_group)), **(arguments or {}))
         self.take_step(optimizer, loss)

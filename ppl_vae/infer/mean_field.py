@@ -40,6 +40,7 @@ from torch import nn
 
 from ppl_vae._validation import boolean, finite
 from ppl_vae.infer._particle import TermCall, current_call, is_replaced, replaced_sites, with_terms
+from ppl_vae.infer.distributed import LOCAL_BATCH
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
 from ppl_vae.infer.terms import Term, closed_form_kl, site_points
 
@@ -69,8 +70,10 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     ``nn.Module``, such as ``vae.model``, lets the terms read its networks. Keyword arguments a
     term takes (:meth:`~ppl_vae.infer.terms.Term.inputs`, e.g. ``aggregate_data``) go to the
     terms, not to the model and guide. So does ``step``, the training step (an int >= 0 or a
-    0-dim tensor) that the terms' schedules read; with ``model_takes_step`` the model and guide
-    take it too.
+    0-dim tensor) that the terms' schedules read (with ``model_takes_step`` the model and guide
+    take it too), and ``global_batch``, over which the terms take batch-level quantities (a
+    :class:`~ppl_vae.infer.distributed.GlobalBatch`, given by the training iteration; this
+    process's batch alone by default).
 
     Example, a capacity-annealed beta-VAE in a plain SVI loop::
 
@@ -126,12 +129,12 @@ class MeanFieldELBO(TraceMeanField_ELBO):
 
     def _call(self, kwargs: Mapping[str, Any], keep_graph: bool = False) -> tuple[dict[str, Any], TermCall]:
         """A call's keyword arguments split into the model's and guide's and a
-        :class:`~ppl_vae.infer._particle.TermCall` with the terms' and the training step
-        (``None`` when not given; also the model's with ``model_takes_step``)."""
+        :class:`~ppl_vae.infer._particle.TermCall` with the terms', the training step (``None``
+        when not given; also the model's with ``model_takes_step``) and the global batch."""
         inputs = {name: kwargs[name] for name in self._term_inputs if name in kwargs}
-        model_kwargs = {name: value for name, value in kwargs.items()
-                        if name not in inputs and (name != "step" or self.model_takes_step)}
-        return model_kwargs, TermCall(inputs, kwargs.get("step"), keep_graph)
+        model_kwargs = {name: value for name, value in kwargs.items() if name not in inputs
+                        and name != "global_batch" and (name != "step" or self.model_takes_step)}
+        return model_kwargs, TermCall(inputs, kwargs.get("step"), kwargs.get("global_batch", LOCAL_BATCH), keep_graph)
 
     def _get_trace(self, model, guide, args, kwargs) -> tuple[Trace, Trace]:
         """One particle's ``(model_trace, guide_trace)``: TraceMeanField_ELBO's, of the model and

@@ -35,7 +35,6 @@ from torch.nn import functional as F
 from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite
 from ppl_vae.distributions import bhattacharyya_coefficient
-from ppl_vae.infer.distributed import all_gather
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.infer.terms import Capacity, Term, TermSites, diagonal_normal_parameters
@@ -166,7 +165,7 @@ class ClassCapacity(ClassTerm):
             kl_to_classes = kl_divergence(
                 dist.Normal(loc.unsqueeze(-2), scale.unsqueeze(-2)).to_event(1), priors.to_event(1)
             )
-            kl = kl + all_gather((q * kl_to_classes).sum(-1)).mean()
+            kl = kl + sites.global_batch.all_gather((q * kl_to_classes).sum(-1)).mean()
         target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 
@@ -241,7 +240,8 @@ class AggregateClassKL(_ReplacesClassKL):
             if log_q is None:
                 continue
             log_p = sites.model_site(variable.class_site)["fn"].logits.log_softmax(-1)
-            total = total + self.aggregate_kl(all_gather(log_q), all_gather(log_p))
+            gather = sites.global_batch.all_gather
+            total = total + self.aggregate_kl(gather(log_q), gather(log_p))
         return total, {}
 
     @staticmethod

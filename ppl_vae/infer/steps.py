@@ -83,26 +83,27 @@ class TrainingLoss(NamedTuple):
     :param logged: per-point values to log by name (detached scalar tensors; read them on the
         host only when needed).
     :param step_arguments: keyword arguments for the auxiliary steps taken after the ELBO
-        step, by step name (detached tensors), e.g. ``{"discriminator": {"salient_sample": s,
-        "shared_sample": z}}``.
+        step, by step name (detached tensors and the global batch), e.g. ``{"discriminator":
+        {"salient_sample": s, "shared_sample": z, "global_batch": g}}``.
     """
 
     loss: torch.Tensor
     logged: dict[str, torch.Tensor]
-    step_arguments: dict[str, dict[str, torch.Tensor]]
+    step_arguments: dict[str, dict[str, Any]]
 
 
 def training_loss(objective: Any, model: Callable, guide: Callable) -> Callable[..., TrainingLoss]:
-    """``(step=t, **batch) -> TrainingLoss`` of ``objective``: its ``training_loss(model, guide,
-    step=t, **batch)`` (:class:`~ppl_vae.infer.MeanFieldELBO` and its presets, whose terms read
-    the training step), or its ``differentiable_loss(model, guide, **batch)`` with nothing
-    logged and no step arguments (a plain Pyro ELBO, which follows no schedule: the step is
-    not passed on)."""
+    """``(step=t, global_batch=g, **batch) -> TrainingLoss`` of ``objective``: its
+    ``training_loss(model, guide, step=t, global_batch=g, **batch)``
+    (:class:`~ppl_vae.infer.MeanFieldELBO` and its presets, whose terms read the training step
+    and take batch-level quantities over the global batch), or its
+    ``differentiable_loss(model, guide, **batch)`` with nothing logged and no step arguments (a
+    plain Pyro ELBO, which follows no schedule and has no batch-level terms: neither is passed on)."""
     declared = getattr(objective, "training_loss", None)
     if declared is not None:
         return functools.partial(declared, model, guide)
 
-    def plain(step: int | torch.Tensor | None = None, **batch: torch.Tensor) -> TrainingLoss:
+    def plain(step: int | torch.Tensor | None = None, global_batch: Any = None, **batch: torch.Tensor) -> TrainingLoss:
         return TrainingLoss(objective.differentiable_loss(model, guide, **batch), {}, {})
 
     return plain

@@ -30,7 +30,7 @@ also exported by :mod:`ppl_vae.infer`.
 
 Batch-level quantities (a minibatch-average KL inside ``|.|``, the aggregate q(c), the
 aggregate posterior) are taken over the global batch under data parallelism
-(:func:`~ppl_vae.infer.distributed.all_gather`; the identity on one process).
+(the ``global_batch`` of :class:`TermSites`; the identity on one process).
 
 Example: a capacity on the contrastive VAE's shared latent, and the aggregate MMD on
 PartedVAE's z::
@@ -52,7 +52,7 @@ from torch import nn
 from torch.distributions import Independent, Normal, kl_divergence
 
 from ppl_vae._validation import finite, site_name
-from ppl_vae.infer.distributed import all_gather
+from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.schedules import LinearSchedule
 
@@ -113,6 +113,10 @@ class TermSites:
     :param step: the training step of the objective's call (its ``step`` keyword argument: an
         int >= 0 or a 0-dim tensor), which the terms' schedules read (:meth:`at_step`);
         ``None`` when the call gave none.
+    :param global_batch: the global batch of the call (its ``global_batch`` argument, which the
+        training iteration gives), over which batch-level quantities are taken
+        (:class:`~ppl_vae.infer.distributed.GlobalBatch`); this process's batch alone when the
+        call gave none.
     """
 
     guide_trace: Trace
@@ -121,6 +125,7 @@ class TermSites:
     guide: Callable
     inputs: Mapping[str, Any] = field(default_factory=dict)
     step: int | torch.Tensor | None = None
+    global_batch: GlobalBatch = LOCAL_BATCH
 
     def at_step(self, schedule: LinearSchedule, term: str) -> torch.Tensor | float:
         """``schedule``'s value at the training step (the ``step`` field); a ``ValueError`` naming ``term`` when the
@@ -211,7 +216,7 @@ class Term:
         the model and guide (read from the ``inputs`` of :class:`TermSites`; none by default)."""
         return ()
 
-    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, torch.Tensor]]:
+    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, Any]]:
         """Keyword arguments for this term's auxiliary steps taken after the ELBO step, by step
         name, read from the ELBO step's particle (none by default).
 
@@ -256,7 +261,7 @@ class Capacity(Term):
         kl = closed_form_kl(guide_site["fn"], model_site["fn"])
         if kl is None:
             kl = guide_site["fn"].log_prob(guide_site["value"]) - model_site["fn"].log_prob(guide_site["value"])
-        kl = all_gather(kl).mean()
+        kl = sites.global_batch.all_gather(kl).mean()
         target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 

@@ -17,7 +17,6 @@ import torch.distributed as dist
 from lightning.fabric.utilities import move_data_to_device
 from torch import nn
 
-from ppl_vae.infer.distributed import global_batch
 from ppl_vae.infer.iteration import TrainingIteration
 from ppl_vae.infer.steps import AuxiliaryStep, auxiliary_modules
 from ppl_vae.train.batches import TensorBatches, TensorGroups
@@ -68,8 +67,8 @@ class SVIModule(L.LightningModule):
     ``lr/NAME``.
 
     On several processes (DDP) each process trains on its own rows of the global batch;
-    batch-level terms are computed over the global batch (each step runs inside
-    :func:`~ppl_vae.infer.distributed.global_batch`), processes draw their noise from
+    batch-level terms are computed over the global batch (the training iteration's
+    :class:`~ppl_vae.infer.distributed.GlobalBatch`), processes draw their noise from
     different seeds, logged values are averaged over processes, and checkpoints hold every
     process's random state.
 
@@ -152,11 +151,10 @@ class SVIModule(L.LightningModule):
             iterations itself)."""
         start = self.iteration
         every = self.config.log_every_n_steps
-        with global_batch():
-            for batch in block:
-                self._training_iteration(batch)
-                if self.iteration % every == 0 or self.iteration == self.batches.num_batches:
-                    self._flush_logs()
+        for batch in block:
+            self._training_iteration(batch)
+            if self.iteration % every == 0 or self.iteration == self.batches.num_batches:
+                self._flush_logs()
         interval = self.config.checkpoint_every_n_steps
         self.checkpoint_due = self.iteration // interval > start // interval
         if self.checkpoint_due and self._logged:

@@ -131,7 +131,8 @@ def outputs(model: Callable, guide: Callable, objective: Any, kwargs: dict, para
         "loss": training.loss.detach(),
         "grads": _grads(training.loss, params),
         "logged": _detached(training.logged),
-        "step_arguments": {step: _detached(arguments) for step, arguments in training.step_arguments.items()},
+        "step_arguments": {step: _detached({name: value for name, value in arguments.items() if name != "global_batch"})
+                           for step, arguments in training.step_arguments.items()},
     }
     pyro.set_rng_seed(7)
     value = objective.loss(model, guide, **kwargs)

@@ -22,11 +22,10 @@ import torch.multiprocessing as mp
 from pyro.infer import TraceMeanField_ELBO
 from torch import nn
 
-import ppl_vae.infer.distributed as distributed
 from ppl_vae.distributions import AnisotropicGaussianPrior
 from ppl_vae.infer.contrastive import ContrastiveELBO
 from ppl_vae.infer.decomposition import DecompositionELBO
-from ppl_vae.infer.distributed import all_gather, global_batch, process_rank, world_size
+from ppl_vae.infer.distributed import GlobalBatch, process_rank, world_size
 from ppl_vae.infer.parted import PartedELBO
 from ppl_vae.models.contrastive import ContrastiveVAE
 from ppl_vae.models.decomposition import DecompositionVAE
@@ -59,7 +58,7 @@ class ReplayedNoise:
         shape = torch.Size(shape)
         generator = torch.Generator().manual_seed(9000 + self.uniform_calls)
         self.uniform_calls += 1
-        processes = world_size() if distributed.is_gathering() else 1
+        processes = world_size()
         rows = shape[0]
         full = self.rand((rows * processes, *shape[1:]), generator=generator, dtype=dtype)
         start = process_rank() * rows if processes > 1 else 0
@@ -69,7 +68,7 @@ class ReplayedNoise:
         shape = torch.Size(shape)
         generator = torch.Generator().manual_seed(1000 + self.normal_calls)
         self.normal_calls += 1
-        processes = world_size() if distributed.is_gathering() else 1
+        processes = world_size()
         rows = shape[0]
         full = torch.randn((rows * processes, *shape[1:]), generator=generator, dtype=dtype)
         start = process_rank() * rows if processes > 1 else 0
@@ -145,16 +144,16 @@ def objective_and_gradients(name: str, data: dict[str, torch.Tensor]) -> dict[st
     batch = {"x": data["x"]} if name != "contrastive" else {k: data[k] for k in ("target", "background")}
     result: dict[str, object] = {"convention": convention}
     schedules = {"step": 3} if name == "parted" else {}  # the capacities' training step
-    with global_batch():
-        loss = objective.differentiable_loss(model.model, model.guide, **batch, **schedules)
-        loss.backward()
-        result["loss"] = loss.detach()
-        result["grads"] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        for step in getattr(objective, "auxiliary_steps", lambda m: [])(model):
-            step_loss = step.loss(**batch)
-            step_loss.backward()
-            result[f"{step.name}_loss"] = step_loss.detach()
-            result[f"{step.name}_grads"] = [p.grad.clone() for p in step.parameters]
+    global_batch = {"global_batch": GlobalBatch()} if hasattr(objective, "training_loss") else {}
+    loss = objective.differentiable_loss(model.model, model.guide, **batch, **schedules, **global_batch)
+    loss.backward()
+    result["loss"] = loss.detach()
+    result["grads"] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    for step in getattr(objective, "auxiliary_steps", lambda m: [])(model):
+        step_loss = step.loss(**batch, **global_batch)
+        step_loss.backward()
+        result[f"{step.name}_loss"] = step_loss.detach()
+        result[f"{step.name}_grads"] = [p.grad.clone() for p in step.parameters]
     return result
 
 
@@ -162,11 +161,10 @@ def gather_gradient() -> dict[str, torch.Tensor]:
     """Rank r sends rows (r, r + 0.5); the loss weighs the gathered rows differently per rank."""
     rank = process_rank()
     local = torch.tensor([[rank, rank + 0.5]], requires_grad=True)
-    untouched = all_gather(local)
-    with global_batch():
-        gathered = all_gather(local)
-        weights = torch.arange(gathered.numel(), dtype=torch.float32).reshape(gathered.shape) * (rank + 1)
-        (gathered * weights).sum().backward()
+    untouched = GlobalBatch(across_processes=False).all_gather(local)
+    gathered = GlobalBatch().all_gather(local)
+    weights = torch.arange(gathered.numel(), dtype=torch.float32).reshape(gathered.shape) * (rank + 1)
+    (gathered * weights).sum().backward()
     return {"gathered": gathered.detach(), "grad": local.grad.clone(), "outside_is_identity": untouched is local}
 
 
@@ -229,8 +227,7 @@ def test_gather_concatenates_in_rank_order_and_sums_gradients_over_processes(two
 
 def test_gather_outside_data_parallel_training_is_the_identity():
     x = torch.randn(3, 2, requires_grad=True)
-    with global_batch():
-        assert all_gather(x) is x
+    assert GlobalBatch().all_gather(x) is x
 
 
 def free_port() -> int:

@@ -176,7 +176,7 @@ class AuxiliaryObjective(TraceMeanField_ELBO):
         bias = model.decoder[0][-1].bias
         return [AuxiliaryStep("pull", lambda **batch: (bias - 3).pow(2).sum(), [bias], when="before", lr=0.1)]
 
-    def training_loss(self, model, guide, *args, step, **kwargs) -> TrainingLoss:
+    def training_loss(self, model, guide, *args, step, global_batch=None, **kwargs) -> TrainingLoss:
         self.steps_seen.append(step)
         return TrainingLoss(self.elbo_weight * super().differentiable_loss(model, guide, *args, **kwargs), {}, {})
 
@@ -202,7 +202,7 @@ class ExplodingELBO(TraceMeanField_ELBO):
         super().__init__()
         self.at = at
 
-    def training_loss(self, model, guide, *args, step, **kwargs) -> TrainingLoss:
+    def training_loss(self, model, guide, *args, step, global_batch=None, **kwargs) -> TrainingLoss:
         loss = super().differentiable_loss(model, guide, *args, **kwargs)
         exploded = step >= self.at
         logged = {"reconstruction": loss.detach(), "penalty": torch.tensor(float("nan") if exploded else 0.0)}

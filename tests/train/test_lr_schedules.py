@@ -32,7 +32,7 @@ class ScriptedLosses(TraceMeanField_ELBO):
         return [AuxiliaryStep("classifier", lambda t, **batch: 0 * bias.sum() + self.classifier[int(t)], [bias],
                               when="after")]
 
-    def training_loss(self, model, guide, *args, step, **kwargs) -> TrainingLoss:
+    def training_loss(self, model, guide, *args, step, global_batch=None, **kwargs) -> TrainingLoss:
         loss = 0 * super().differentiable_loss(model, guide, *args, **kwargs) + self.elbo[step]
         return TrainingLoss(loss, {}, {"classifier": {"t": torch.tensor(step)}})
 
