@@ -221,17 +221,17 @@ def findings_of(test: PITTest, tests: int, level: float) -> list[Finding]:
     if spread < level and one_tail is not None:
         share = test.tail_shares[0 if one_tail == "lower" else 1]
         found.append(Finding(test.check, test.site, test.statistic, one_tail,
-                             f"{share:.2f} of PITs in the {one_tail} decile, {TAIL:.2f} expected", spread,
+                             f"{share:.3f} of PITs in the {one_tail} decile, {TAIL:.3f} expected", spread,
                              (test.higher if one_tail == "higher" else test.lower) + ", at one tail"))
     elif spread < level:
         direction = test.spread_direction
         found.append(Finding(test.check, test.site, test.statistic, direction,
-                             f"outer-decile share {test.outer_share:.2f}, {OUTER_SHARE:.2f} expected", spread,
+                             f"outer-decile share {test.outer_share:.3f}, {OUTER_SHARE:.3f} expected", spread,
                              _WHAT_SPREAD_MEANS[direction]))
     bias = min(1.0, test.bias_p_value * tests)
     if test.exact and bias < level:
         direction = test.bias_direction
         found.append(Finding(test.check, test.site, test.statistic, direction,
-                             f"mean PIT {test.mean_pit:.2f}, 0.50 expected", bias,
+                             f"mean PIT {test.mean_pit:.3f}, 0.500 expected", bias,
                              test.higher if direction == "higher" else test.lower))
     return found
