@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ppl_vae._validation import capacity_range, finite
+from ppl_vae._validation import capacity_range, finite, require
 
 __all__ = ["LinearCapacity", "LinearSchedule"]
 
@@ -116,3 +116,15 @@ class LinearCapacity(LinearSchedule):
 
     def __repr__(self) -> str:
         return f"LinearCapacity(c_min={self.start}, c_max={self.end}, num_steps={self.num_steps})"
+
+    @staticmethod
+    def required(name: str, value: object) -> LinearCapacity:
+        """``value``, refused unless it is a :class:`LinearCapacity` (whose ends were checked when
+        it was made): the one rule for every capacity argument.
+
+        :param name: the argument's name, for the message.
+        :param value: the argument.
+        :raises ValueError: ``"{name} must be a LinearCapacity(c_min, c_max, num_steps), got ..."``.
+        """
+        require(name, value, isinstance(value, LinearCapacity), "a LinearCapacity(c_min, c_max, num_steps)")
+        return value

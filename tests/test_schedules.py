@@ -8,6 +8,7 @@ from torch import nn
 
 from ppl_vae import schedules
 from ppl_vae.infer.mean_field import MeanFieldELBO
+from ppl_vae.infer.parted import ClassCapacity, PartedELBO
 from ppl_vae.infer.terms import Capacity
 from ppl_vae.models import VAE
 from ppl_vae.nn import MLP, mlp_decoder
@@ -120,3 +121,10 @@ def test_the_step_goes_to_the_model_and_guide_only_when_they_take_it():
     MeanFieldELBO().loss(model, guide, torch.zeros(3, 1), step=5)
     MeanFieldELBO(model_takes_step=True).loss(model, guide, torch.zeros(3, 1), step=6)
     assert seen == [("guide", None), ("model", None), ("guide", 6), ("model", 6)]
+
+
+@pytest.mark.parametrize("build", [lambda bad: Capacity("z", 1.0, bad), lambda bad: ClassCapacity(1.0, bad),
+                                   lambda bad: PartedELBO(z_capacity=bad)])
+def test_every_capacity_argument_is_refused_by_one_rule_unless_a_linear_capacity(build):
+    with pytest.raises(ValueError, match=r"capacity must be a LinearCapacity\(c_min, c_max, num_steps\), got "):
+        build(LinearSchedule(-1.0, 5.0, 10))

@@ -38,7 +38,7 @@ from ppl_vae.distributions import bhattacharyya_coefficient
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.infer.terms import Capacity, Term, TermSites, diagonal_normal_parameters
-from ppl_vae.schedules import LinearCapacity, LinearSchedule
+from ppl_vae.schedules import LinearCapacity
 from ppl_vae.variables import ClassVariable
 
 __all__ = [
@@ -135,15 +135,14 @@ class ClassCapacity(ClassTerm):
     def __init__(
         self,
         gamma: float,
-        capacity: LinearSchedule,
+        capacity: LinearCapacity,
         variables: Sequence[ClassVariable] | None = None,
         name: str = "capacity_u",
         *,
         weight_name: str = "gamma",
     ) -> None:
         super().__init__(name, gamma, variables, weight_name)
-        if not isinstance(capacity, LinearSchedule):
-            raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
+        LinearCapacity.required("capacity", capacity)
         self.capacity = capacity
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
@@ -385,9 +384,8 @@ class PartedELBO(MeanFieldELBO):
     ) -> None:
         z_capacity = z_capacity if z_capacity is not None else LinearCapacity(*PARTED.z_capacity, PARTED.capacity_steps)
         u_capacity = u_capacity if u_capacity is not None else LinearCapacity(*PARTED.u_capacity, PARTED.capacity_steps)
-        for name, schedule in (("z_capacity", z_capacity), ("u_capacity", u_capacity)):
-            if not isinstance(schedule, LinearCapacity):
-                raise ValueError(f"{name} must be a LinearCapacity, got {schedule!r}")
+        LinearCapacity.required("z_capacity", z_capacity)
+        LinearCapacity.required("u_capacity", u_capacity)
         terms = [
             Capacity("z", gamma_z, z_capacity, weight_name="gamma_z"),
             ClassCapacity(gamma_u, u_capacity, weight_name="gamma_u"),

@@ -54,7 +54,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 from ppl_vae._validation import finite, site_name
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.steps import AuxiliaryStep
-from ppl_vae.schedules import LinearSchedule
+from ppl_vae.schedules import LinearCapacity, LinearSchedule
 
 __all__ = ["Capacity", "Term", "TermSites"]
 
@@ -245,11 +245,10 @@ class Capacity(Term):
     """
 
     def __init__(
-        self, site: str, gamma: float, capacity: LinearSchedule, name: str | None = None, *, weight_name: str = "gamma"
+        self, site: str, gamma: float, capacity: LinearCapacity, name: str | None = None, *, weight_name: str = "gamma"
     ) -> None:
         super().__init__(name or f"capacity_{site}", gamma, weight_name)
-        if not isinstance(capacity, LinearSchedule):
-            raise ValueError(f"capacity must be a LinearCapacity, got {capacity!r}")
+        LinearCapacity.required("capacity", capacity)
         self.site = site_name("site", site)
         self.capacity = capacity
 
