@@ -17,10 +17,15 @@ _LIGHTNING_ACCELERATORS = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}
 
 def lightning_devices(config: TrainConfig) -> tuple[str, int | list[int]]:
     """Lightning's ``accelerator`` and ``devices`` for ``config.device``, checked once to be on
-    this machine (:func:`~ppl_vae._devices.available_device`) before anything is built or
-    written: ``"cuda:1"`` is Lightning's ``devices=[1]``; ``"cuda"`` and ``"auto"`` take
-    ``config.devices`` devices.
+    this machine (torch sees a device of its type, and its index if it has one) before anything
+    is built or written: ``"cuda:1"`` is Lightning's ``devices=[1]``; ``"cuda"`` and ``"auto"``
+    take ``config.devices`` devices.
 
+    :param config: the training settings; ``config.device`` (``"cpu"``, ``"cuda"``,
+        ``"cuda:N"``, ``"mps"`` or ``"auto"``) and ``config.devices`` (the number of devices)
+        are read.
+    :returns: Lightning's accelerator (``"cpu"``, ``"gpu"`` or ``"mps"``) and its devices:
+        ``config.devices`` (a count), or ``[N]`` for a device with index ``N``.
     :raises ValueError: naming the device when it is not there, is not one Lightning trains on,
         or has an index while ``config.devices`` asks for more than one.
     """
@@ -53,7 +58,10 @@ def warn_if_bf16_is_slow(config: TrainConfig, accelerator: str) -> None:
     (AVX512-BF16 included: measured 0.74-0.92x of float32's speed) and GPUs without bfloat16
     it is slower than float32.
 
-    :param accelerator: Lightning's accelerator (:func:`lightning_devices`).
+    :param config: the training settings; only ``config.precision`` is read.
+    :param accelerator: Lightning's accelerator (``"cpu"``, ``"gpu"`` or ``"mps"``, from
+        :func:`lightning_devices`); ``"gpu"`` asks torch whether the current CUDA device
+        supports bfloat16, anything else checks the CPU for AMX.
     """
     if config.precision != "bf16-mixed":
         return

@@ -132,7 +132,11 @@ class SetupFailed(L.LightningModule):
     other processes in :class:`SetupAgreement`, which raises before this module trains."""
 
     def training_step(self, *args: Any) -> None:
-        """Refuse: a process whose setup failed has nothing to train."""
+        """Refuse: a process whose setup failed has nothing to train.
+
+        :param args: Lightning's arguments of a training step (batch, batch index), unused.
+        :raises RuntimeError: always.
+        """
         raise RuntimeError("a process whose setup failed cannot train")
 
     def configure_optimizers(self) -> None:

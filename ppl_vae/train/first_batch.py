@@ -22,6 +22,10 @@ def check_first_batch(module: SVIModule) -> None:
     The batches are put back at their start, and the random state of torch's CPU generator
     is forked, so training draws what it would have drawn without the check.
 
+    :param module: the training module, before training starts: its model and guide are
+        traced on the first batch of its batches (the data groups of the ELBO step, with
+        their tensors ``(B, ...)``), and its parameters (model and auxiliary networks) are
+        those the optimisers train.
     :raises ValueError: naming the site and the data's range, or the ``pyro.param`` names.
     """
     batches, model = module.batches, module.model

@@ -37,7 +37,12 @@ class NewRunFiles:
 
     def write(self, config: TrainConfig, extra_config: Mapping[str, Any] | None) -> None:
         """Create the run directory and write ``config.json`` (``config`` under ``"train"``,
-        then ``extra_config``) and an empty ``metrics.csv``."""
+        then ``extra_config``) and an empty ``metrics.csv``.
+
+        :param config: the training settings, saved as ``config.json``'s ``"train"`` entry.
+        :param extra_config: more top-level entries of ``config.json`` (e.g. a recipe's
+            ``"recipe"``, ``"config"`` and ``"model_inputs"``), or ``None`` for none.
+        """
         run = self.run
         run.create()
         run.remove_temporary_files()
@@ -75,7 +80,11 @@ class ResumedRunFiles(L.Callback):
         self.rows = rows
 
     def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        """Rank 0: remove temporary files, write ``metrics.csv`` with the checkpoint's rows."""
+        """Rank 0: remove temporary files, write ``metrics.csv`` with the checkpoint's rows.
+
+        :param trainer: the Lightning trainer; only its ``is_global_zero`` is read.
+        :param module: the module being trained (unused).
+        """
         if trainer.is_global_zero:
             self.run.remove_temporary_files()
             write_metrics_table(self.run.metrics_csv, self.rows)
