@@ -21,7 +21,7 @@ which the engine runs) owns one and hands it to each call of the objective (its 
 argument), a term reads it as the ``global_batch`` of :class:`~ppl_vae.infer.terms.TermSites`,
 and the ELBO step hands it on to the auxiliary steps after it. On one process, and for a call
 that gives none (a plain SVI loop, a notebook, the evaluation after training), every method is
-the identity on its input (:data:`LOCAL_BATCH`) and randomness comes from the ordinary torch
+the identity on its input (:data:`~ppl_vae.infer.LOCAL_BATCH`) and randomness comes from the ordinary torch
 generator, so an objective behaves exactly as it does without data parallelism.
 
 Gradients. With losses :math:`L_1, \dots, L_N` on the N processes, DDP averages the

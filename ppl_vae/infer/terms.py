@@ -141,7 +141,9 @@ class TermSites:
         return schedule(self.step)
 
     def model_site(self, name: str) -> dict:
-        """The model's sample site ``name`` (:func:`unmasked`); a ``ValueError`` naming it if the model has none.
+        """The model's sample site ``name`` as the model wrote it (a site an objective masks out
+        because a term replaces it comes with the distribution it was drawn from, not its
+        ``MaskedDistribution``); a ``ValueError`` naming it if the model has none.
 
         :param name: the site's name."""
         if name not in self.model_sites:
@@ -149,7 +151,9 @@ class TermSites:
         return unmasked(self.model_sites[name])
 
     def guide_site(self, name: str) -> dict:
-        """The guide's sample site ``name`` (:func:`unmasked`); a ``ValueError`` naming it if the guide has none.
+        """The guide's sample site ``name`` as the guide wrote it (a site an objective masks out
+        because a term replaces it comes with the distribution it was drawn from, not its
+        ``MaskedDistribution``); a ``ValueError`` naming it if the guide has none.
 
         :param name: the site's name."""
         if name not in self.guide_trace.nodes or self.guide_trace.nodes[name]["type"] != "sample":
