@@ -21,8 +21,8 @@ the zip file it writes, so a flipped bit would otherwise load as a changed weigh
 :func:`read_checkpoint` verifies the digest and refuses weights that are NaN or infinite.
 
 A checkpoint read for a resume is then checked against the run resuming from it
-(:func:`check_resumable`): its model, objective, architecture, iteration, history and random
-states, and whether its weights and optimiser states load.
+(``check_resumable``, which :func:`~ppl_vae.fit` calls): its model, objective, architecture,
+iteration, history and random states, and whether its weights and optimiser states load.
 """
 from __future__ import annotations
 

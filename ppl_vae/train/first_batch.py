@@ -15,9 +15,10 @@ __all__ = ["check_first_batch"]
 def check_first_batch(module: SVIModule) -> None:
     """Trace the guide and the model once on the first ELBO batch, in a parameter store of their
     own, and refuse before training what training could not use: observations outside the
-    support of their likelihood (:func:`~ppl_vae.infer.observations.check_observations_in_support`)
-    and ``pyro.param`` sites whose tensors are not parameters of the model (or of the
-    objective's auxiliary steps), which the torch optimisers would never update.
+    support of their likelihood (``check_observations_in_support`` of
+    :mod:`ppl_vae.infer.observations`) and ``pyro.param`` sites whose tensors are not
+    parameters of the model (or of the objective's auxiliary steps), which the torch
+    optimisers would never update.
 
     The batches are put back at their start, and the random state of torch's CPU generator
     is forked, so training draws what it would have drawn without the check.
