@@ -5,7 +5,7 @@ Pyro, Lightning) on first use, so that ``ppl-vae --help`` and a recipe's setting
 """
 from __future__ import annotations
 
-import importlib
+import sys
 from typing import Any
 
 from ppl_vae.train.config import LRPlateau, TrainConfig
@@ -42,9 +42,19 @@ def __getattr__(name: str) -> Any:
 
 def _load_engine() -> None:
     """Import every engine module and bind its public names here (``fit`` the function,
-    not the module of the same name)."""
+    not the module of the same name, which is why the modules are read from ``sys.modules``:
+    after the first call the package's attribute ``fit`` is the function)."""
+    import ppl_vae.train.batches  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.checkpoint  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.evaluation  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.fit  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.metrics  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.module  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.run_dir  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.sweep  # noqa: F401 (read from sys.modules below)
+
     for attribute, module in _ENGINE.items():
-        globals()[attribute] = getattr(importlib.import_module(f"ppl_vae.train.{module}"), attribute)
+        globals()[attribute] = getattr(sys.modules[f"ppl_vae.train.{module}"], attribute)
 
 
 __all__ = ["LRPlateau", "TrainConfig", *sorted(_ENGINE)]
