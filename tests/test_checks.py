@@ -139,3 +139,12 @@ def test_per_point_statistics_give_arviz_ppc_and_bpv_panels_with_data_and_replic
     drawn = [line for line in ppc_axes[0].get_lines() if len(line.get_xdata()) > 1]
     assert len(drawn) >= 10, "the observed density, one per replicate and their mean"
     assert bpv_axes[0].get_lines() or bpv_axes[0].collections, "a u-value panel with something drawn"
+
+
+def test_bad_verdict_settings_name_the_argument(x):
+    with pytest.raises(ValueError, match="marginal_samples must be an integer >= 2"):
+        posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, marginal_samples=1)
+    with pytest.raises(ValueError, match=r"level must be a number in \(0, 1\)"):
+        posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, level=1.5)
+    with pytest.raises(ValueError, match=r"held_out must have the keys of data \['x'\]"):
+        posterior_predictive_check(gaussian_vae(1.0), {"x": x}, num_samples=2, held_out={"y": x})
