@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ppl_vae.recipes.registry import RECIPES, Recipe
+from ppl_vae.recipes.registry import RECIPES, Recipe, RecipeModule
 from ppl_vae.recipes.settings import SettingError, config_from_dict, config_to_dict, with_overrides
 
 _BASE = ("Experiment", "train_recipe")
@@ -26,6 +26,7 @@ __all__ = [
     "RECIPES",
     "Experiment",
     "Recipe",
+    "RecipeModule",
     "SettingError",
     "config_from_dict",
     "config_to_dict",

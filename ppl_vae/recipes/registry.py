@@ -20,16 +20,26 @@ if TYPE_CHECKING:
 
 
 class RecipeModule(Protocol):
-    """What a recipe's module defines (:mod:`ppl_vae.recipes.vae` and its siblings)."""
+    """What a recipe's module defines (:mod:`ppl_vae.recipes.vae` and its siblings): the
+    functions :class:`Recipe` calls after its ``load`` has imported the module."""
 
     def build(self, config: Any) -> Experiment:
-        """The model, objective, training data and evaluation of ``config``."""
+        """The model, objective, training data and evaluation of ``config``.
+
+        :param config: an instance of the recipe's config class (e.g. ``VAEConfig``).
+        """
 
     def build_untrained(self, config: Any, model_inputs: Mapping[str, Any]) -> tuple[nn.Module, Any]:
-        """The untrained model and objective of ``config``, without loading data."""
+        """The untrained model and objective of ``config``, without loading data.
+
+        :param config: an instance of the recipe's config class.
+        :param model_inputs: the facts about the training data the model's sizes depend on, as
+            a run saved them (the ``model_inputs`` of an :class:`~ppl_vae.recipes.Experiment`).
+        """
 
     def demo(self) -> Any:
-        """Settings that train on a CPU in about a minute."""
+        """Settings that train on a CPU in about a minute: an instance of the recipe's config
+        class."""
 
 
 @dataclass(frozen=True)
