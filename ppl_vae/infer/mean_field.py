@@ -75,12 +75,22 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     :class:`~ppl_vae.infer.distributed.GlobalBatch`, given by the training iteration; this
     process's batch alone by default).
 
-    Example, a capacity-annealed beta-VAE in a plain SVI loop::
+    Example, a capacity-annealed beta-VAE in a plain SVI loop; the capacity term replaces the
+    KL of ``z`` and logs it with its target C(t):
 
-        elbo = MeanFieldELBO(terms=[Capacity("z", gamma=1000.0, capacity=LinearCapacity(0, 25, 100_000))])
-        svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo)
-        for step, x in enumerate(batches):
-            svi.step(x, step=step)
+    >>> import pyro, torch
+    >>> from pyro.infer import SVI
+    >>> from ppl_vae.infer import Capacity, LinearCapacity, MeanFieldELBO
+    >>> from ppl_vae.models import VAE
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> vae = VAE(MLP([4, 16]), mlp_decoder(2, [16], (4,)), latent_dim=2)
+    >>> elbo = MeanFieldELBO(terms=[Capacity("z", gamma=1000.0, capacity=LinearCapacity(0, 25, 100_000))])
+    >>> svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo)
+    >>> batches = [torch.rand(8, 4).round() for _ in range(2)]
+    >>> for step, x in enumerate(batches):
+    ...     loss = svi.step(x, step=step)
+    >>> sorted(elbo.logged)  # per-point values of the last step
+    ['capacity_z', 'capacity_z/kl', 'capacity_z/target', 'reconstruction']
 
     :param beta: weight of every KL the ELBO counts, >= 0 (a beta-VAE; 0 leaves the
         reconstruction and the terms).
