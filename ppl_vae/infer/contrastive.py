@@ -14,19 +14,16 @@ points of the batch, and at its optimum ``log D(v) / (1 - D(v)) = log q(s, z) / 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
-from pyro import poutine
 from torch import nn
-from torch.func import functional_call
 
 from ppl_vae._constants import CONTRASTIVE
-from ppl_vae._validation import finite, positive_integer, site_name
+from ppl_vae._validation import site_name
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.steps import AuxiliaryStep
-from ppl_vae.infer.terms import Term, TermSites
+from ppl_vae.infer.terms import Term
+from ppl_vae.infer.total_correlation import DensityRatioTotalCorrelation, density_ratio_loss, permute_factors
 from ppl_vae.nn.discriminator import TCDiscriminator
 
 __all__ = ["ContrastiveELBO", "TotalCorrelation", "discriminator_loss", "permute_shared"]
@@ -34,7 +31,8 @@ __all__ = ["ContrastiveELBO", "TotalCorrelation", "discriminator_loss", "permute
 
 def permute_shared(s: torch.Tensor, z: torch.Tensor, global_batch: GlobalBatch = LOCAL_BATCH) -> torch.Tensor:
     """Samples of q(s) q(z) from joint samples: ``[s_n, z_pi(n)] (B, D_s + D_z)`` for a random
-    permutation pi of the batch (the authors swap the halves of the batch instead).
+    permutation pi of the batch (the authors swap the halves of the batch instead):
+    :func:`~ppl_vae.infer.total_correlation.permute_factors` with the two factors s and z.
 
     Under data parallelism pi permutes the global batch (one permutation for every process,
     :meth:`~ppl_vae.infer.distributed.GlobalBatch.shared_permutation`) and each process returns
@@ -44,41 +42,40 @@ def permute_shared(s: torch.Tensor, z: torch.Tensor, global_batch: GlobalBatch =
     :param s: ``(B, D_s)`` samples of the salient latent s.
     :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s.
     :param global_batch: the global batch the rows belong to (this process's alone by default)."""
-    every_z = global_batch.all_gather(z)
-    partners = global_batch.local_rows(global_batch.shared_permutation(every_z.shape[0], device=z.device), z.shape[0])
-    return torch.cat([s, every_z[partners]], dim=-1)
+    return permute_factors(torch.cat([s, z], dim=-1), (s.shape[-1], z.shape[-1]), global_batch)
 
 
 def discriminator_loss(
     discriminator: nn.Module, s: torch.Tensor, z: torch.Tensor, global_batch: GlobalBatch = LOCAL_BATCH
 ) -> torch.Tensor:
     """``mean_n [-log D([s_n, z_n]) - log(1 - D([s_n, z_pi(n)]))]``, the logistic loss of
-    joint against permuted samples (Abid & Zou 2019, appendix C), from logits. Under data
-    parallelism the mean runs over this process's rows of the global batch (pairs from
-    :func:`permute_shared`); DDP's average of the processes' gradients is the gradient of the
-    global mean.
+    joint against permuted samples (Abid & Zou 2019, appendix C), from logits:
+    :func:`~ppl_vae.infer.total_correlation.density_ratio_loss` with the two factors s and z.
+    Under data parallelism the mean runs over this process's rows of the global batch (pairs
+    from :func:`permute_shared`); DDP's average of the processes' gradients is the gradient of
+    the global mean.
 
     :param discriminator: D, mapping ``(B, D_s + D_z)`` inputs to ``(B,)`` logits.
     :param s: ``(B, D_s)`` detached samples of the salient latent s.
     :param z: ``(B, D_z)`` detached samples of the shared latent z, row n from the same point
         as ``s``'s.
     :param global_batch: the global batch the rows belong to (this process's alone by default)."""
-    joint = discriminator(torch.cat([s, z], dim=-1))
-    product = discriminator(permute_shared(s, z, global_batch))
-    return torch.nn.functional.softplus(-joint).mean() + torch.nn.functional.softplus(product).mean()
+    return density_ratio_loss(discriminator, torch.cat([s, z], dim=-1), (s.shape[-1], z.shape[-1]), global_batch)
 
 
-class TotalCorrelation(Term):
+class TotalCorrelation(DensityRatioTotalCorrelation):
     r"""The total correlation :math:`TC(s, z) = KL(q(s, z) \| q(s) q(z))` of two latent sites
     under the guide (Abid & Zou 2019, Eq. 5; appendix C), by the density-ratio trick: a
     discriminator D tells joint samples ``v = [s, z]`` from samples whose s and z come from
     different points, and at its optimum ``logit D(v) = log q(s, z) / q(s) q(z)``, so
-    :math:`TC \approx \frac{1}{B}\sum_n \mathrm{logit}\, D(v_n)`.
+    :math:`TC \approx \frac{1}{B}\sum_n \mathrm{logit}\, D(v_n)`: a
+    :class:`~ppl_vae.infer.total_correlation.DensityRatioTotalCorrelation` with one factor per site.
 
     D belongs to this term (not to the model or Pyro's parameter store). The factor evaluates D
     with its parameters detached, so the ELBO's gradient never reaches D; D is trained by the
     term's own step (:meth:`auxiliary_steps`, after each ELBO step) on detached samples: those
-    of the ELBO step, which hands them to the step as arguments (:meth:`step_arguments`).
+    of the ELBO step, which hands them to the step as the arguments ``salient_sample`` and
+    ``shared_sample`` (:meth:`step_arguments`).
 
     :param salient_site: the site of s.
     :param shared_site: the site of z.
@@ -95,9 +92,6 @@ class TotalCorrelation(Term):
     :param name: the factor's name.
     """
 
-    #: The name of the discriminator's auxiliary step (its loss is logged as ``discriminator_loss``).
-    STEP = "discriminator"
-
     def __init__(
         self,
         salient_site: str,
@@ -110,21 +104,28 @@ class TotalCorrelation(Term):
         guide_arguments: Sequence[str] = ("target",),
         name: str = "total_correlation",
     ) -> None:
-        super().__init__(name, gamma, "gamma")
-        self.salient_site = site_name("salient_site", salient_site)
-        self.shared_site = site_name("shared_site", shared_site)
-        self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
-        self.discriminator_lr = None if discriminator_lr is None else finite("discriminator_lr", discriminator_lr, positive=True)
-        self.input_dim = None if input_dim is None else positive_integer("input_dim", input_dim)
-        if isinstance(guide_arguments, str) or not guide_arguments:
-            raise ValueError(f"guide_arguments must be a non-empty sequence of argument names, got {guide_arguments!r}")
-        self.guide_arguments = tuple(site_name("guide_arguments", name) for name in guide_arguments)
+        super().__init__(
+            (site_name("salient_site", salient_site), site_name("shared_site", shared_site)),
+            "sites",
+            gamma,
+            ("salient_sample", "shared_sample"),
+            discriminator,
+            discriminator_hidden,
+            discriminator_lr,
+            input_dim,
+            guide_arguments,
+            name,
+        )
 
-    def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N of the salient site.
+    @property
+    def salient_site(self) -> str:
+        """The site of s."""
+        return self.sites[0]
 
-        :param sites: what the term reads for one particle."""
-        return sites.num_points(self.salient_site)
+    @property
+    def shared_site(self) -> str:
+        """The site of z."""
+        return self.sites[1]
 
     def log_density_ratio(self, s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """``log D(v) / (1 - D(v))`` per point ``(B,)`` for ``s (B, D_s)``, ``z (B, D_z)``, with D's
@@ -132,91 +133,7 @@ class TotalCorrelation(Term):
 
         :param s: ``(B, D_s)`` samples of the salient latent s.
         :param z: ``(B, D_z)`` samples of the shared latent z, row n from the same point as ``s``'s."""
-        v = torch.cat([s, z], dim=-1)
-        self.discriminator.build(v.shape[-1], v.device)
-        detached = {name: p.detach() for name, p in self.discriminator.named_parameters()}
-        return functional_call(self.discriminator, detached, (v,))
-
-    def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(mean_n logit D([s_n, z_n]), {})``.
-
-        :param sites: what the term reads for one particle."""
-        s = sites.model_site(self.salient_site)["value"]
-        z = sites.model_site(self.shared_site)["value"]
-        return self.log_density_ratio(s, z).mean(), {}
-
-    def step_arguments(self, sites: TermSites) -> dict[str, dict[str, Any]]:
-        """``{"discriminator": {"salient_sample": s, "shared_sample": z, "global_batch": ...}}``:
-        the ELBO step's samples, detached, and the global batch they belong to, for the
-        discriminator step; none when the weight is 0 (no step).
-
-        :param sites: what the term read for the ELBO step's (last) particle."""
-        if self.weight == 0:
-            return {}
-        s = sites.model_site(self.salient_site)["value"]
-        z = sites.model_site(self.shared_site)["value"]
-        return {self.STEP: {"salient_sample": s.detach(), "shared_sample": z.detach(), "global_batch": sites.global_batch}}
-
-    def auxiliary_modules(self) -> dict[str, nn.Module]:
-        """``{"discriminator": D}``, for the engine to move and checkpoint."""
-        return {"discriminator": self.discriminator}
-
-    def auxiliary_steps(self, model: nn.Module) -> list[AuxiliaryStep]:
-        """The discriminator step (after each ELBO step): :func:`discriminator_loss` on detached
-        ``[s, z]``: ``salient_sample`` and ``shared_sample`` when given (the samples the ELBO
-        step drew on the same batch, :meth:`step_arguments`: no second pass through the
-        encoders), else fresh ones from ``model.guide`` on the batch (a plain SVI loop), pairs
-        permuted over the ``global_batch`` the ELBO step hands on; none when the weight is 0.
-
-        :param model: the model being trained (its ``guide`` draws the fresh samples, its
-            ``model`` gives D's input size when ``input_dim`` was not given)."""
-        if self.weight == 0:
-            return []
-        self.discriminator.build(self.discriminator_input_dim(model))
-
-        def loss(
-            salient_sample: torch.Tensor | None = None,
-            shared_sample: torch.Tensor | None = None,
-            global_batch: GlobalBatch = LOCAL_BATCH,
-            **batch: torch.Tensor,
-        ) -> torch.Tensor:
-            if salient_sample is None or shared_sample is None:
-                salient_sample, shared_sample = self.guide_samples(model, **batch)
-            return discriminator_loss(self.discriminator, salient_sample, shared_sample, global_batch)
-
-        return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
-
-    def discriminator_input_dim(self, model: nn.Module) -> int:
-        """D_s + D_z: ``input_dim`` when given, else the last dimensions of the two sites in one
-        prior draw of ``model.model(batch_size=1)``, drawn apart from the global random state.
-
-        :param model: the model whose ``model`` method takes ``batch_size`` (read only when
-            ``input_dim`` was not given)."""
-        if self.input_dim is not None:
-            return self.input_dim
-        try:
-            with torch.no_grad(), torch.random.fork_rng(), poutine.block():
-                nodes = poutine.trace(model.model).get_trace(batch_size=1).nodes
-        except TypeError as error:
-            raise ValueError(f"TotalCorrelation needs input_dim (D_s + D_z) for a model whose model() takes no "
-                             f"batch_size: {error}") from None
-        missing = [site for site in (self.salient_site, self.shared_site) if site not in nodes]
-        if missing:
-            raise ValueError(f"the model's prior draw has no sites {missing}; its sites are {sorted(nodes)}")
-        return sum(int(nodes[site]["value"].shape[-1]) for site in (self.salient_site, self.shared_site))
-
-    @torch.no_grad()
-    def guide_samples(self, model: nn.Module, **batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Detached ``s (B, D_s)``, ``z (B, D_z)`` sampled from the guide on the target batch
-        (the background is not encoded: the discriminator never sees it).
-
-        :param model: the model whose ``guide`` method is run.
-        :param batch: the batch's tensors by argument name; only those named in
-            ``guide_arguments`` (the target group) reach the guide."""
-        target_only = {name: value for name, value in batch.items() if name in self.guide_arguments}
-        with poutine.block():
-            nodes = poutine.trace(model.guide).get_trace(**target_only).nodes
-        return nodes[self.salient_site]["value"], nodes[self.shared_site]["value"]
+        return self.ratio(torch.cat([s, z], dim=-1))
 
 
 class ContrastiveELBO(MeanFieldELBO):
