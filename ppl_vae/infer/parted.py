@@ -343,6 +343,21 @@ class PartedELBO(MeanFieldELBO):
     and shared with the settings of ``ppl-vae train parted``. Each weight is checked once, by
     the term it weighs, under the name it has here.
 
+    Example, the loss of a small PartedVAE at step 0 (for training, pass the objective to
+    Pyro's ``SVI`` or to :func:`ppl_vae.fit`); :attr:`~ppl_vae.infer.MeanFieldELBO.logged` then
+    holds every term per point:
+
+    >>> import torch
+    >>> from ppl_vae.models import PartedVAE
+    >>> elbo = PartedELBO()
+    >>> [term.name for term in elbo.terms]
+    ['capacity_z', 'capacity_u', 'entropy', 'aggregate_kl', 'bhattacharyya']
+    >>> model = PartedVAE.mlp((1, 8, 8), z_dim=2, num_classes=3, u_dims=1, hidden=(32,))
+    >>> loss = elbo.loss(model.model, model.guide, torch.rand(16, 1, 8, 8).round(), step=0)
+    >>> sorted(elbo.logged)  # doctest: +NORMALIZE_WHITESPACE
+    ['aggregate_kl', 'bhattacharyya', 'capacity_u', 'capacity_u/kl', 'capacity_u/target',
+     'capacity_z', 'capacity_z/kl', 'capacity_z/target', 'entropy', 'reconstruction']
+
     :param z_capacity: C_z(t); ``None``: ``LinearCapacity(0, 30, 300000)``.
     :param u_capacity: C_u(t); ``None``: ``LinearCapacity(0, 5, 300000)``.
     :param gamma_z: weight gamma_z of the z capacity term, >= 0 (authors' dSprites: 50).
