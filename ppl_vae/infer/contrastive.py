@@ -157,17 +157,24 @@ class ContrastiveELBO(MeanFieldELBO):
     with its parameters detached, so the ELBO's gradient never reaches D; D is trained by its
     own step, :meth:`auxiliary_steps`, on detached guide samples.
 
-    Example (plain SVI)::
+    Example, plain SVI with the discriminator's step after each ELBO step:
 
-        elbo = ContrastiveELBO(gamma=1.0, discriminator="mlp")
-        (step,) = elbo.auxiliary_steps(vae)
-        d_optim = torch.optim.Adam(step.parameters, lr=1e-3)
-        svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo)
-        for target, background in batches:
-            svi.step(target=target, background=background)
-            d_optim.zero_grad()
-            step.loss(target=target, background=background).backward()
-            d_optim.step()
+    >>> import pyro, torch
+    >>> from pyro.infer import SVI
+    >>> from ppl_vae.models import ContrastiveVAE
+    >>> vae = ContrastiveVAE.mlp((10,), salient_dim=2, shared_dim=2, hidden=16)
+    >>> elbo = ContrastiveELBO(gamma=1.0, discriminator="mlp")
+    >>> (step,) = elbo.auxiliary_steps(vae)
+    >>> d_optim = torch.optim.Adam(step.parameters, lr=1e-3)
+    >>> svi = SVI(vae.model, vae.guide, pyro.optim.Adam({"lr": 1e-3}), elbo)
+    >>> batches = [(torch.rand(8, 10).round(), torch.rand(8, 10).round()) for _ in range(2)]
+    >>> for target, background in batches:
+    ...     loss = svi.step(target=target, background=background)
+    ...     d_optim.zero_grad()
+    ...     step.loss(target=target, background=background).backward()
+    ...     d_optim.step()
+    >>> sorted(elbo.logged)  # per-point values of the last step
+    ['kl', 'reconstruction', 'total_correlation']
 
     :param gamma: weight of the TC term, >= 0 (default 1); 0 gives the plain contrastive ELBO
         and no discriminator step.
