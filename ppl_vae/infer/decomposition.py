@@ -225,11 +225,19 @@ class DecompositionELBO(MeanFieldELBO):
 
     For the inclusive KL over a whole data set instead of the minibatch, call the objective
     with the keyword argument ``aggregate_data`` (the guide's arguments for the whole set, e.g.
-    ``{"x": X}``), which goes to the divergence, not to the model::
+    ``{"x": X}``), which goes to the divergence, not to the model; :func:`ppl_vae.fit` passes it
+    on every step as ``elbo_arguments={"aggregate_data": {"x": X}}``:
 
-        elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
-        elbo.differentiable_loss(vae.model, vae.guide, x=X[:64], aggregate_data={"x": X})
-        ppl_vae.fit(vae, elbo, {"x": X}, elbo_arguments={"aggregate_data": {"x": X}})
+    >>> import torch
+    >>> from ppl_vae.models import VAE
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> vae = VAE(MLP([2, 16]), mlp_decoder(2, [16], (2,)), latent_dim=2, likelihood="gaussian",
+    ...           likelihood_scale=0.1)
+    >>> X = torch.randn(256, 2)
+    >>> elbo = DecompositionELBO(alpha=1.0, divergence="inclusive_kl")
+    >>> loss = elbo.differentiable_loss(vae.model, vae.guide, x=X[:64], aggregate_data={"x": X})
+    >>> loss.requires_grad, sorted(elbo.logged)
+    (True, ['aggregate_divergence', 'kl', 'reconstruction'])
     """
 
     def __init__(
