@@ -177,6 +177,25 @@ def fit(
 ) -> FitResult:
     """Train ``model`` on ``objective`` by SVI with Lightning.
 
+    Example, a small VAE trained for two steps into a run directory (:func:`ppl_vae.load_run`
+    reloads it):
+
+    >>> import os, tempfile, torch
+    >>> import ppl_vae
+    >>> from ppl_vae.infer import MeanFieldELBO
+    >>> from ppl_vae.models import VAE
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> vae = VAE(MLP([4, 16]), mlp_decoder(2, [16], (4,)), latent_dim=2)
+    >>> X = torch.rand(64, 4).round()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> result = ppl_vae.fit(vae, MeanFieldELBO(), {"x": X}, run_dir=os.path.join(tmp.name, "run"),
+    ...                      steps=2, batch_size=16, progress_bar=False)
+    >>> result.steps, sorted(result.history[-1])  # the per-point terms, logged every interval
+    (2, ['elbo_loss', 'kl', 'reconstruction', 'step'])
+    >>> sorted(os.listdir(result.run_dir.path))
+    ['checkpoints', 'config.json', 'metrics.csv', 'pictures']
+    >>> tmp.cleanup()
+
     :param model: a module with ``model(**batch)`` and ``guide(**batch)`` methods
         (every model in :mod:`ppl_vae.models`).
     :param objective: a Pyro ELBO (``TraceMeanField_ELBO()``, or one of
