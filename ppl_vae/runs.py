@@ -150,10 +150,27 @@ def load_run(
     - A run of ``ppl_vae.fit(..., run_dir=...)``: pass ``model``, a module built as for that
       run (same class and settings); its weights are replaced by the checkpoint's.
 
-    Example::
+    A recipe run needs only its directory (``run = ppl_vae.load_run("runs/parted")``, then
+    ``run.model.encode(images)``). A ``fit`` run, here of two steps, needs its untrained model:
 
-        run = ppl_vae.load_run("runs/parted")
-        z = run.model.encode(images)
+    >>> import os, tempfile, torch
+    >>> import ppl_vae
+    >>> from ppl_vae.infer import MeanFieldELBO
+    >>> from ppl_vae.models import VAE
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> def build():
+    ...     return VAE(MLP([4, 16]), mlp_decoder(2, [16], (4,)), latent_dim=2)
+    >>> X = torch.rand(64, 4).round()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> run_dir = os.path.join(tmp.name, "run")
+    >>> _ = ppl_vae.fit(build(), MeanFieldELBO(), {"x": X}, run_dir=run_dir, steps=2, batch_size=16,
+    ...                 progress_bar=False)
+    >>> run = ppl_vae.load_run(run_dir, model=build())
+    >>> run.recipe is None, run.config.steps, run.model.training
+    (True, 2, False)
+    >>> run.model.reconstruct(X).shape
+    torch.Size([64, 4])
+    >>> tmp.cleanup()
 
     :param run_dir: the run directory (``config.json`` and ``checkpoints/last.ckpt``).
     :param model: the untrained model of a ``fit`` run; for a recipe run, a model to load the
