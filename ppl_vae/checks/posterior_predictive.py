@@ -222,6 +222,20 @@ def posterior_predictive_check(
     :mod:`ppl_vae.checks.posterior_predictive`): ``result.verdict`` first, then
     ``result.findings``.
 
+    Example: binary data that are all ones, which an untrained VAE (its pixels near 1/2) could
+    not have drawn:
+
+    >>> import torch
+    >>> from ppl_vae.models import VAE
+    >>> from ppl_vae.nn import MLP, mlp_decoder
+    >>> vae = VAE(MLP([4, 16]), mlp_decoder(2, [16], (4,)), latent_dim=2)
+    >>> check = posterior_predictive_check(vae, {"x": torch.ones(64, 4)}, num_samples=10,
+    ...                                    marginal_samples=10, progress=False)
+    >>> check.sites, check.misfit
+    (('x',), True)
+    >>> print(check.verdict)  # the strongest finding; check.findings lists them all  # doctest: +ELLIPSIS
+    misfit: x/... (marginal check): ... higher than the model's draws (...)...
+
     :param model: any module with ``model(**data)`` / ``guide(**data)`` (every model here).
     :param data: the batch keyword arguments, e.g. ``{"x": x (N, 1, 28, 28)}`` or, for
         PartedVAE with labels, ``{"x": x, "y": y (N,)}`` (the classes stay the given ones).
