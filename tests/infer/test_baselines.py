@@ -51,11 +51,11 @@ def term_sites(loc: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor) -> T
     z = loc + scale * noise
 
     def guide():
-        with pyro.plate("data", B):
+        with pyro.plate("data", loc.shape[0]):
             pyro.sample("z", dist.Normal(loc, scale).to_event(1), obs=z)
 
     def model():
-        with pyro.plate("data", B):
+        with pyro.plate("data", loc.shape[0]):
             pyro.sample("z", dist.Normal(torch.zeros_like(loc), 1.0).to_event(1), obs=z)
 
     guide_trace = poutine.trace(guide).get_trace()
