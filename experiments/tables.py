@@ -5,11 +5,17 @@
 
 A table sits in a Markdown file between ``<!-- campaign-table: NAME -->`` and
 ``<!-- /campaign-table -->``; NAME is one of :data:`TABLES`. Each row is one experiment of
-``experiments/campaign.json``: its complete records (``results/<experiment>/seed<k>.json``,
-written by ``experiments/campaign.py``) as mean +- sd over seeds, the steps (each seed's, in
-seed order, where they differ), the seeds, the mean wall time of a run, the commits that wrote
-them, the paper's number and whether the target is met. Records that are not complete yet are
-counted in the row, never averaged.
+``experiments/campaign.json``, from its complete records (``results/<experiment>/seed<k>.json``,
+written by ``experiments/campaign.py``), in three tables narrow enough for a page:
+
+- the verdicts: whether the target is met (and, when not, its cause), the paper's number, the
+  authors' code at our budget (``results/controls/``) and ours;
+- the metrics, mean +- sd over the complete seeds;
+- the provenance: the seeds, the steps (each seed's, in seed order, where they differ), the
+  mean wall time of a run and the commits that wrote the records.
+
+``<!-- campaign-table: NAME verdicts -->`` writes the verdicts alone (the README's). Records
+that are not complete yet are counted in the provenance, never averaged.
 """
 from __future__ import annotations
 
@@ -26,7 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 DOCUMENTS = ("README.md", "docs/parted.md", "docs/decomposition.md", "docs/results/parted.md", "docs/results/decomposition.md")
-MARKER = re.compile(r"(<!-- campaign-table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /campaign-table -->)", re.DOTALL)
+MARKER = re.compile(r"(<!-- campaign-table: (?P<name>[\w-]+)(?: (?P<part>verdicts))? -->\n)(?P<body>.*?)(<!-- /campaign-table -->)",
+                    re.DOTALL)
 
 Records = Mapping[str, list[dict[str, Any]]]
 
@@ -244,10 +251,10 @@ def _values(runs: list[dict[str, Any]], key: str) -> list[float]:
     return [run["metrics"][key] for run in runs if run["metrics"].get(key) is not None]
 
 
-def _cells(table: Table, row: Row, records: Records, controls: Records) -> list[str]:
+def _verdict(row: Row, records: Records, controls: Records) -> list[str]:
+    """The verdict table's cells of ``row``: the experiment, the target's verdict (with the
+    cause of a shortfall), the paper's number, the control's and ours on the row's metric."""
     done = complete(records, row.experiment)
-    started = [r for r in records.get(row.experiment, []) if not r.get("complete")]
-    pending = f" ({len(started)} more unfinished)" if started else ""
     met, why = row.target(records)
     verdict = {True: "**met**", False: "**not met**", None: "not yet decided"}[met] + f": {why}"
     control = _values(complete(controls, row.experiment), row.key)
@@ -255,35 +262,59 @@ def _cells(table: Table, row: Row, records: Records, controls: Records) -> list[
     if met is False:
         verdict += (f"; cause: {shortfall_cause(ours, control)}" if control and ours
                     else "; cause: no control yet (the authors' code at our budget)")
-    three = [row.paper, _spread(control) if control else "no control yet", _spread(ours) if ours else ""]
-    columns = table.columns
+    return [f"{row.label} (`{row.experiment}`)", verdict, row.paper, _spread(ours) if ours else "",
+            _spread(control) if control else "no control yet"]
+
+
+def _metrics(table: Table, row: Row, records: Records) -> list[str]:
+    """The metrics table's cells of ``row``: each column's mean +- sd over the complete seeds."""
+    done = complete(records, row.experiment)
+    figures = []
+    for column in table.columns:
+        values = [value for value in map(column.read, done) if value is not None]
+        figures.append(column.summary(values) if values else "")
+    return [f"`{row.experiment}`", *figures]
+
+
+def _provenance(row: Row, records: Records) -> list[str]:
+    """The provenance table's cells of ``row``: the complete seeds (and how many more are
+    unfinished), each seed's steps, the mean wall time of a run and the commits."""
+    done = complete(records, row.experiment)
+    started = [r for r in records.get(row.experiment, []) if not r.get("complete")]
+    pending = f" ({len(started)} more unfinished)" if started else ""
     if not done:
-        return [row.label, "no complete record yet" + pending, "", "", *[""] * len(columns), *three, verdict]
+        return [f"`{row.experiment}`", "no complete record yet" + pending, "", "", ""]
     steps = [r["steps"] for r in done]  # each seed's, in seed order, or one figure when they agree
     if len(set(steps)) == 1:
         steps = steps[:1]
     minutes = statistics.mean(r["wall_seconds"] for r in done) / 60
     commits = ", ".join(sorted({r["commit"][:7] + ("+dirty" if r["commit"].endswith("+dirty") else "") for r in done}))
-    figures = []
-    for column in columns:
-        values = [value for value in map(column.read, done) if value is not None]
-        figures.append(column.summary(values) if values else "")
-    return [row.label, f"{len(done)} ({', '.join(str(r['seed']) for r in done)}){pending}",
-            _each_step(steps), f"{minutes:.0f} min, {commits}", *figures, *three, verdict]
+    return [f"`{row.experiment}`", f"{len(done)} ({', '.join(str(r['seed']) for r in done)}){pending}",
+            _each_step(steps), f"{minutes:.0f} min", commits]
 
 
-def render(name: str, records: Records, controls: Records | None = None) -> str:
-    """The Markdown table ``name`` from ``records`` and the control records ``controls`` (the
-    authors' code at our budget, by experiment)."""
-    table = TABLES[name]
-    columns = table.columns
-    header = ["experiment", "seeds", "steps", "wall time per run, commit", *[column.label for column in columns], "paper",
-              "authors' code at our budget", "ours", "target"]
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for row in table.rows:
-        cells = _cells(table, row, records, controls or {})
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |" for cells in rows]
     return "\n".join(lines) + "\n"
+
+
+def render(name: str, records: Records, controls: Records | None = None, part: str | None = None) -> str:
+    """The Markdown tables ``name`` from ``records`` and the control records ``controls`` (the
+    authors' code at our budget, by experiment): the verdicts, then the metrics of the
+    experiments with complete records and the provenance; the verdicts alone for ``part="verdicts"``."""
+    table = TABLES[name]
+    verdicts = _markdown(["experiment", "target", "paper", "ours", "authors' code at our budget"],
+                         [_verdict(row, records, controls or {}) for row in table.rows])
+    if part == "verdicts":
+        return verdicts
+    measured = [row for row in table.rows if complete(records, row.experiment)]
+    metrics = _markdown(["experiment", *[column.label for column in table.columns]],
+                        [_metrics(table, row, records) for row in measured])
+    provenance = _markdown(["experiment", "seeds", "steps", "wall time per run", "commits"],
+                           [_provenance(row, records) for row in table.rows])
+    return (verdicts + "\nEvery metric, mean +- sd over the complete seeds:\n\n" + metrics
+            + "\nProvenance: the records `results/<experiment>/seed<k>.json` behind these rows.\n\n" + provenance)
 
 
 def rewrite(text: str, records: Records, source: str, controls: Records | None = None) -> str:
@@ -293,7 +324,7 @@ def rewrite(text: str, records: Records, source: str, controls: Records | None =
         name = match.group("name")
         if name not in TABLES:
             raise ValueError(f"{source}: unknown campaign table {name!r}; expected one of {sorted(TABLES)}")
-        return match.group(1) + render(name, records, controls) + match.group(4)
+        return match.group(1) + render(name, records, controls, match.group("part")) + match.group(5)
 
     return MARKER.sub(replace, text)
 

@@ -1,0 +1,81 @@
+"""The results tables fit a page: the verdicts first in a table of their own, the metrics and
+the provenance (seeds, steps, wall time, commits) in two more, every figure of a row shown once."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The most columns a table may have and still show every column on a page.
+MOST_COLUMNS = 8
+
+
+@pytest.fixture
+def tables(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import tables
+
+    return tables
+
+
+def _record(experiment: str, seed: int, score: float, commit: str = "0123456789abcdef") -> dict:
+    return {"experiment": experiment, "seed": seed, "complete": True, "steps": 25000, "wall_seconds": 3600.0,
+            "commit": commit, "settings": {"label_fraction": 0.005},
+            "metrics": {"factor_score": score, "factor_score_parted": 0.811, "mig": 0.312, "sap": 0.123,
+                        "dci_disentanglement": 0.456, "beta_vae": 0.987, "shape_accuracy": 0.975}}
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Each Markdown table of ``text`` as rows of cells (the header first, the rule left out)."""
+    found, rows = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            if not re.fullmatch(r"\|(---\|)+", line):
+                rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]])
+        elif rows:
+            found.append(rows)
+            rows = []
+    return found
+
+
+RECORDS = {"parted-dsprites-labels": [_record("parted-dsprites-labels", 0, 0.93, "aaaaaaa1"),
+                                      _record("parted-dsprites-labels", 1, 0.91, "bbbbbbb2")]}
+
+
+@pytest.mark.parametrize("name", ["parted-dsprites", "parted-mnist", "decomposition-dsprites"])
+def test_each_table_fits_a_page_and_every_row_has_its_headers_cells(tables, name):
+    rendered = markdown_tables(tables.render(name, RECORDS, {}))
+
+    assert len(rendered) == 3 and all(len(table[0]) <= MOST_COLUMNS for table in rendered)
+    assert all(len(row) == len(table[0]) for table in rendered for row in table)
+
+
+def test_the_verdict_and_the_paper_against_ours_come_first_and_provenance_last(tables):
+    verdicts, metrics, provenance = markdown_tables(tables.render("parted-dsprites", RECORDS, {}))
+
+    assert verdicts[0] == ["experiment", "target", "paper", "ours", "authors' code at our budget"]
+    assert verdicts[1][1:4] == ["not yet decided: >= 0.9 over 3 seeds: 2 of 3 seeds so far", "0.881", "0.920 +- 0.014"]
+    assert metrics[1] == ["`parted-dsprites-labels`", "0.920 +- 0.014", "0.811 +- 0.000", "0.312 +- 0.000",
+                          "0.123 +- 0.000", "0.456 +- 0.000", "0.987 +- 0.000", "0.975 +- 0.000"]
+    assert provenance[0] == ["experiment", "seeds", "steps", "wall time per run", "commits"]
+    assert provenance[1] == ["`parted-dsprites-labels`", "2 (0, 1)", "25,000", "60 min", "aaaaaaa, bbbbbbb"]
+
+
+def test_an_experiment_without_a_complete_record_is_in_the_verdicts_and_provenance_not_the_metrics(tables):
+    verdicts, metrics, provenance = markdown_tables(tables.render("parted-dsprites", RECORDS, {}))
+
+    assert [row[0] for row in metrics[1:]] == ["`parted-dsprites-labels`"]
+    assert len(verdicts) == len(provenance) == 1 + len(tables.TABLES["parted-dsprites"].rows)
+    assert provenance[2] == ["`parted-dsprites-no-bc`", "no complete record yet", "", "", ""]
+
+
+def test_the_verdicts_part_is_the_verdict_table_alone_without_commits(tables):
+    text = "<!-- campaign-table: parted-dsprites verdicts -->\n<!-- /campaign-table -->\n"
+
+    rewritten = tables.rewrite(text, RECORDS, "README.md")
+
+    assert rewritten.startswith("<!-- campaign-table: parted-dsprites verdicts -->\n| experiment | target |")
+    assert len(markdown_tables(rewritten)) == 1 and "aaaaaaa" not in rewritten
+    assert tables.rewrite(rewritten, RECORDS, "README.md") == rewritten
