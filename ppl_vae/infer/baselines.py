@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from torch import nn
 from torch.distributions import Normal
 
 from ppl_vae._validation import choice, finite, positive_integer, site_name
@@ -190,7 +191,7 @@ class KLDecomposition(Term):
         :param sites: what the term reads for one particle."""
         return sites.num_points(self.site)
 
-    def replaced_sites(self, module: Any) -> tuple[str, ...]:
+    def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
         """The latent site, whose KL this term replaces.
 
         :param module: the module whose ``model`` method is run (not read)."""
@@ -325,16 +326,19 @@ class FactorTotalCorrelation(DensityRatioTotalCorrelation):
         return self.sites[0]
 
 
-def beta_vae(beta: float, **kwargs: Any) -> MeanFieldELBO:
+def beta_vae(beta: float, extra_terms: Sequence[Term] = (), **kwargs: Any) -> MeanFieldELBO:
     r"""beta-VAE (Higgins et al. 2017, Eq. 4): :math:`E_q[\log p(x \mid z)] - \beta\, KL(q(z \mid x) \| p(z))`,
     ``MeanFieldELBO(beta=beta)``: beta on every latent's KL.
 
     :param beta: weight of the KLs, >= 0 (> 1 for the paper's pressure towards the prior).
-    :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``terms``, ``num_particles``)."""
-    return MeanFieldELBO(beta=beta, **kwargs)
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
+    :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``)."""
+    return MeanFieldELBO(beta=beta, terms=extra_terms, **kwargs)
 
 
-def annealed_beta_vae(gamma: float, capacity: LinearCapacity, site: str = "z", **kwargs: Any) -> MeanFieldELBO:
+def annealed_beta_vae(
+    gamma: float, capacity: LinearCapacity, site: str = "z", extra_terms: Sequence[Term] = (), **kwargs: Any
+) -> MeanFieldELBO:
     r"""The capacity-annealed beta-VAE (Burgess et al. 2018, Eq. 8):
     :math:`E_q[\log p(x \mid z)] - \gamma\, |KL(q(z \mid x) \| p(z)) - C(t)|`, one
     :class:`~ppl_vae.infer.Capacity` term replacing the site's KL. Call the objective with the
@@ -343,24 +347,32 @@ def annealed_beta_vae(gamma: float, capacity: LinearCapacity, site: str = "z", *
     :param gamma: weight gamma (the paper's 1000 on dSprites).
     :param capacity: C(t), e.g. ``LinearCapacity(0, 25, 100_000)`` (the paper's dSprites schedule).
     :param site: the latent site.
-    :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO`."""
-    return MeanFieldELBO(terms=[Capacity(site, gamma, capacity), *kwargs.pop("terms", ())], **kwargs)
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
+    :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``)."""
+    return MeanFieldELBO(terms=[Capacity(site, gamma, capacity), *extra_terms], **kwargs)
 
 
-def factor_vae(gamma: float, site: str = "z", **kwargs: Any) -> MeanFieldELBO:
+def factor_vae(gamma: float, site: str = "z", extra_terms: Sequence[Term] = (), **kwargs: Any) -> MeanFieldELBO:
     r"""FactorVAE (Kim & Mnih 2018, Eq. 2): :math:`\mathrm{ELBO} - \gamma\, TC(z)`, one
     :class:`FactorTotalCorrelation` term (its discriminator step comes with the objective's
     ``auxiliary_steps(model)``; the term is ``elbo.term("total_correlation")``).
 
     :param gamma: weight gamma (the paper's dSprites range is 10 to 100).
     :param site: the latent site.
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
     :param kwargs: passed to :class:`FactorTotalCorrelation` (``discriminator``,
         ``discriminator_hidden``, ``discriminator_lr``, ``input_dim``, ``guide_arguments``)."""
-    return MeanFieldELBO(terms=[FactorTotalCorrelation(site, gamma, **kwargs)])
+    return MeanFieldELBO(terms=[FactorTotalCorrelation(site, gamma, **kwargs), *extra_terms])
 
 
 def beta_tcvae(
-    data_size: int, beta: float, site: str = "z", alpha: float = 1.0, gamma: float = 1.0, estimator: str = "mws"
+    data_size: int,
+    beta: float,
+    site: str = "z",
+    alpha: float = 1.0,
+    gamma: float = 1.0,
+    estimator: str = "mws",
+    extra_terms: Sequence[Term] = (),
 ) -> MeanFieldELBO:
     r"""beta-TCVAE (Chen et al. 2018, Eq. 4): the reconstruction minus alpha MI, beta TC and
     gamma dimension-wise KL, one :class:`KLDecomposition` term replacing the site's KL.
@@ -370,11 +382,14 @@ def beta_tcvae(
     :param site: the latent site.
     :param alpha: weight of the index-code mutual information.
     :param gamma: weight of the dimension-wise KL.
-    :param estimator: ``"mws"`` (the paper's default) or ``"mss"``."""
-    return MeanFieldELBO(terms=[KLDecomposition(site, data_size, alpha, beta, gamma, estimator)])
+    :param estimator: ``"mws"`` (the paper's default) or ``"mss"``.
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`."""
+    return MeanFieldELBO(terms=[KLDecomposition(site, data_size, alpha, beta, gamma, estimator), *extra_terms])
 
 
-def dip_vae(kind: str, lambda_od: float, lambda_d: float | None = None, site: str = "z") -> MeanFieldELBO:
+def dip_vae(
+    kind: str, lambda_od: float, lambda_d: float | None = None, site: str = "z", extra_terms: Sequence[Term] = ()
+) -> MeanFieldELBO:
     r"""DIP-VAE-I or -II (Kumar et al. 2018, Eqs. 6 and 7): the ELBO minus the
     :class:`DIPCovariance` penalty.
 
@@ -382,14 +397,17 @@ def dip_vae(kind: str, lambda_od: float, lambda_d: float | None = None, site: st
     :param lambda_od: weight of the off-diagonal entries.
     :param lambda_d: weight of the diagonal; ``None`` takes the paper's: ``10 lambda_od`` for
         DIP-VAE-I, ``lambda_od`` for DIP-VAE-II.
-    :param site: the latent site."""
+    :param site: the latent site.
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`."""
     choice("kind", kind, ("i", "ii"))
     if lambda_d is None:
         lambda_d = finite("lambda_od", lambda_od, low=0) * (10.0 if kind == "i" else 1.0)
-    return MeanFieldELBO(terms=[DIPCovariance(site, lambda_od, lambda_d, kind)])
+    return MeanFieldELBO(terms=[DIPCovariance(site, lambda_od, lambda_d, kind), *extra_terms])
 
 
-def info_vae(lambda_: float, alpha: float = 0.0, site: str = "z", **kwargs: Any) -> MeanFieldELBO:
+def info_vae(
+    lambda_: float, alpha: float = 0.0, site: str = "z", extra_terms: Sequence[Term] = (), **kwargs: Any
+) -> MeanFieldELBO:
     r"""InfoVAE (Zhao et al. 2019, Eq. 6) with the MMD divergence (MMD-VAE):
 
     .. math::
@@ -403,9 +421,10 @@ def info_vae(lambda_: float, alpha: float = 0.0, site: str = "z", **kwargs: Any)
     :param lambda_: lambda > 0 (the paper's MMD-VAE: alpha = 0, lambda = 1000).
     :param alpha: alpha <= 1.
     :param site: the latent site.
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
     :param kwargs: passed to :class:`~ppl_vae.infer.AggregateDivergence` (``length_scales``)."""
     alpha = finite("alpha", alpha, high=1, closed=True)
     weight = alpha + finite("lambda_", lambda_, positive=True) - 1
     if weight < 0:
         raise ValueError(f"InfoVAE needs alpha + lambda_ >= 1 (the MMD's weight), got alpha={alpha}, lambda_={lambda_}")
-    return MeanFieldELBO(beta=1.0 - alpha, terms=[AggregateDivergence(site, weight, "mmd", name=f"mmd_{site}", **kwargs)])
+    return MeanFieldELBO(beta=1.0 - alpha, terms=[AggregateDivergence(site, weight, "mmd", name=f"mmd_{site}", **kwargs), *extra_terms])

@@ -451,3 +451,11 @@ def test_kl_decomposition_refuses_bad_settings_by_name():
     with pytest.raises(ValueError, match="lambda_"):
         info_vae(lambda_=0.5, alpha=0.0)
 
+
+
+def test_presets_compose_with_further_terms_on_one_model():
+    torch.manual_seed(0)
+    objective = beta_tcvae(64, 6.0, site="code", extra_terms=[DIPCovariance("code", 1.0, 10.0, name="dip")])
+    history = train(UsersModel(), objective, torch.randn(64, 5))
+    assert {"kl_decomposition_code", "dip", "dip/off_diagonal"} <= set(history[-1])
+    assert all(torch.isfinite(values["elbo_loss"]) for values in history)
