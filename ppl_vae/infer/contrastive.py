@@ -186,7 +186,7 @@ class ContrastiveELBO(MeanFieldELBO):
     :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`, e.g.
         ``[Capacity("target_z", gamma=10.0, capacity=LinearCapacity(0, 5, 10_000))]``.
     :param input_dim: the discriminator's input size D_s + D_z (``None``: read from a prior
-        draw of the model, :meth:`TotalCorrelation.discriminator_input_dim`).
+        draw of the model, :meth:`~ppl_vae.infer.DensityRatioTotalCorrelation.discriminator_input_dim`).
     :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``).
 
     Differences from the authors' code: they train D and the VAE with one loss and one
