@@ -73,9 +73,9 @@ class TotalCorrelation(DensityRatioTotalCorrelation):
 
     D belongs to this term (not to the model or Pyro's parameter store). The factor evaluates D
     with its parameters detached, so the ELBO's gradient never reaches D; D is trained by the
-    term's own step (:meth:`auxiliary_steps`, after each ELBO step) on detached samples: those
-    of the ELBO step, which hands them to the step as the arguments ``salient_sample`` and
-    ``shared_sample`` (:meth:`step_arguments`).
+    term's own step (:meth:`~ppl_vae.infer.DensityRatioTotalCorrelation.auxiliary_steps`, after each ELBO step) on detached
+    samples: those of the ELBO step, which hands them to the step as the arguments
+    ``salient_sample`` and ``shared_sample`` (:meth:`~ppl_vae.infer.DensityRatioTotalCorrelation.step_arguments`).
 
     :param salient_site: the site of s.
     :param shared_site: the site of z.
