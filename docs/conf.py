@@ -159,7 +159,7 @@ def _defining_context(node) -> list[str]:
 
 def _resolve_at_documented_home(app, env, node, contnode):
     """Resolve a reference to a ppl_vae object by a name it is not documented under to the page
-    that documents it: ``ppl_vae.fit`` (``ppl_vae.train.fit``), ``ppl_vae.models.vae.VAE``
+    that documents it: ``ppl_vae.fit`` (``ppl_vae.train.fitting.fit``), ``ppl_vae.models.vae.VAE``
     (``ppl_vae.models.VAE``), or a name relative to the module that defines the object
     whose docstring holds the reference (``world_size`` in ``GlobalBatch``'s, defined in
     ``ppl_vae.infer.distributed``, is ``ppl_vae.infer.distributed.world_size``).
@@ -298,7 +298,7 @@ class LinkNamesInCodeFont(SphinxPostTransform):
     """On the narrative pages (user guide, model and results pages, notebooks), make a name
     in code font a link to its API entry when it names a documented ppl_vae object: by its
     full name (``ppl_vae.infer.PartedELBO``, ``ppl_vae.fit()``), by a name it is reachable
-    under (``ppl_vae.fit`` for ``ppl_vae.train.fit``), or by a bare class, function, exception
+    under (``ppl_vae.fit`` for ``ppl_vae.train.fitting.fit``), or by a bare class, function, exception
     or constant name that only one documented object has (``PartedELBO``). Other code (file
     names, settings, expressions) stays as it is; the API pages link through their roles."""
 

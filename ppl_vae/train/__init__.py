@@ -15,7 +15,7 @@ _ENGINE = {
     "BatchBlocks": "batches",
     "CSVMetricsLogger": "metrics",
     "CheckpointError": "checkpoint",
-    "FitResult": "fit",
+    "FitResult": "fitting",
     "NonFiniteLossError": "module",
     "PeriodicEvaluation": "evaluation",
     "RunDirectory": "run_dir",
@@ -24,7 +24,7 @@ _ENGINE = {
     "TensorBatches": "batches",
     "TensorGroups": "batches",
     "as_groups": "batches",
-    "fit": "fit",
+    "fit": "fitting",
     "plan_sweep": "sweep",
     "run_sweep": "sweep",
     "read_checkpoint": "checkpoint",
@@ -41,13 +41,11 @@ def __getattr__(name: str) -> Any:
 
 
 def _load_engine() -> None:
-    """Import every engine module and bind its public names here (``fit`` the function,
-    not the module of the same name, which is why the modules are read from ``sys.modules``:
-    after the first call the package's attribute ``fit`` is the function)."""
+    """Import every engine module and bind its public names here."""
     import ppl_vae.train.batches  # noqa: F401 (read from sys.modules below)
     import ppl_vae.train.checkpoint  # noqa: F401 (read from sys.modules below)
     import ppl_vae.train.evaluation  # noqa: F401 (read from sys.modules below)
-    import ppl_vae.train.fit  # noqa: F401 (read from sys.modules below)
+    import ppl_vae.train.fitting  # noqa: F401 (read from sys.modules below)
     import ppl_vae.train.metrics  # noqa: F401 (read from sys.modules below)
     import ppl_vae.train.module  # noqa: F401 (read from sys.modules below)
     import ppl_vae.train.run_dir  # noqa: F401 (read from sys.modules below)

@@ -21,17 +21,14 @@ MODULES_WITH_EXAMPLES = [
     "ppl_vae.infer.parted",
     "ppl_vae.infer.contrastive",
     "ppl_vae.infer.decomposition",
-    "ppl_vae.train.fit",
+    "ppl_vae.train.fitting",
     "ppl_vae.runs",
     "ppl_vae.checks.posterior_predictive",
 ]
 
 
 def imported(module_name: str):
-    """The module ``module_name``, imported after ``ppl_vae.fit`` has been read, as a user's code
-    reads it first: ``ppl_vae.train`` binds its name ``fit`` to the function on that first read,
-    while importing the module ``ppl_vae.train.fit`` before it binds the name to the module."""
-    importlib.import_module("ppl_vae").fit  # noqa: B018 (the read binds the engine's names)
+    """The module ``module_name``."""
     return importlib.import_module(module_name)
 
 

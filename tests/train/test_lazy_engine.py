@@ -20,3 +20,14 @@ def test_train_config_loads_no_engine_and_fit_is_the_function():
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["[]", "True True True"]
+
+
+def test_fit_stays_the_function_when_its_module_is_imported_first():
+    script = (
+        "import ppl_vae.train.fitting\n"
+        "import ppl_vae, ppl_vae.train\n"
+        "print(callable(ppl_vae.fit), ppl_vae.train.fit is ppl_vae.fit is ppl_vae.train.fitting.fit)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == "True True"
