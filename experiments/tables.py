@@ -171,10 +171,11 @@ def _mean_and_seeds(runs: list[dict[str, Any]]) -> tuple[float, str]:
 def shortfall_cause(ours: Sequence[float], control: Sequence[float]) -> str:
     """What explains a row short of its paper, from our seeds' and the control's (the authors'
     code at our budget) values of the row's metric: "implementation" when every control seed
-    beats every one of ours; "budget" when the control's mean is no better than ours; otherwise
-    "undecided (seeds overlap)"."""
+    beats every one of ours ("implementation (one control seed so far)" when it rests on one);
+    "budget" when the control's mean is no better than ours; otherwise "undecided (seeds
+    overlap)"."""
     if min(control) > max(ours):
-        return "implementation"
+        return "implementation" if len(control) > 1 else "implementation (one control seed so far)"
     if statistics.mean(control) <= statistics.mean(ours):
         return "budget"
     return "undecided (seeds overlap)"

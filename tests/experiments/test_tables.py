@@ -79,3 +79,8 @@ def test_the_verdicts_part_is_the_verdict_table_alone_without_commits(tables):
     assert rewritten.startswith("<!-- campaign-table: parted-dsprites verdicts -->\n| experiment | target |")
     assert len(markdown_tables(rewritten)) == 1 and "aaaaaaa" not in rewritten
     assert tables.rewrite(rewritten, RECORDS, "README.md") == rewritten
+
+
+def test_an_implementation_cause_resting_on_one_control_seed_says_so(tables):
+    assert tables.shortfall_cause([0.50, 0.55], [0.80]) == "implementation (one control seed so far)"
+    assert tables.shortfall_cause([0.50, 0.55], [0.80, 0.82]) == "implementation"
