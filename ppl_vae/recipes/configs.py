@@ -36,6 +36,16 @@ PARTED_DATASETS = ("dsprites", "mnist")
 PARTED_NETWORKS = ("conv", "mlp")
 CONTRASTIVE_DATASETS = ("grassy-mnist", "counts")
 PRIORS = ("isotropic", "pca", "learned-pca", "student-t", "mixture", "learned-mixture", "sparse")
+#: The objectives of :class:`VAEConfig` (its ``objective``), the presets of
+#: :mod:`ppl_vae.infer.baselines` by their papers' names.
+VAE_OBJECTIVES = (
+    "vae", "beta-vae", "annealed-beta-vae", "factor-vae", "beta-tcvae", "dip-vae-i", "dip-vae-ii", "info-vae",
+)
+#: beta-TCVAE's estimators of log q(z) (:data:`ppl_vae.infer.baselines.ESTIMATORS`).
+TC_ESTIMATORS = ("mws", "mss")
+#: gamma of the objectives that read it when ``VAEConfig.gamma`` is None: AnnealedVAE's and
+#: FactorVAE's in disentanglement_lib's dSprites study (the latter the third of its six values).
+VAE_GAMMAS = {"annealed-beta-vae": 1000.0, "factor-vae": 30.0}
 
 
 def at_least(config: Any, minimum: int, *names: str) -> None:
@@ -67,12 +77,64 @@ def one_of(config: Any, name: str, choices: Sequence[Any]) -> None:
 
 @dataclass
 class VAEConfig:
-    """Settings of a (beta-)VAE run.
+    r"""Settings of a VAE run, trained by the plain ELBO or one of the disentangling objectives
+    the PartedVAE paper compares against (:mod:`ppl_vae.infer.baselines`).
+
+    ``objective`` picks the objective, each a preset of :mod:`ppl_vae.infer.baselines` on the
+    latent site ``z``:
+
+    - ``"vae"``: :math:`E_q \log p(x \mid z) - \beta\, KL(q(z \mid x) \| p(z))`,
+      ``MeanFieldELBO(beta=beta)`` (reads ``beta``);
+    - ``"beta-vae"``: the same objective under its paper's name, beta-VAE (Higgins et al.
+      2017; reads ``beta``);
+    - ``"annealed-beta-vae"``: :math:`E_q \log p(x \mid z) - \gamma\, |KL - C(t)|`, the KL
+      held to a capacity C(t) rising linearly from 0 to ``capacity_max`` nats over
+      ``capacity_steps`` steps (Burgess et al. 2018; reads ``gamma``, ``capacity_max``,
+      ``capacity_steps``);
+    - ``"factor-vae"``: the ELBO minus gamma times the total correlation of z, estimated by a
+      discriminator of six hidden layers of 1,000 units trained by its own Adam step at
+      learning rate 1e-4 after each ELBO step (Kim & Mnih 2018; reads ``gamma``);
+    - ``"beta-tcvae"``: the KL split into index-code mutual information, total correlation
+      and dimension-wise KL, the total correlation weighted by beta (Chen et al. 2018; reads
+      ``beta`` and ``tc_estimator``; the data set's size N is the number of training points);
+    - ``"dip-vae-i"`` and ``"dip-vae-ii"``: the ELBO minus lambda_od times the squared
+      off-diagonal entries and lambda_d times the squared distance from 1 of the diagonal of
+      the covariance of the encoder means (I) or of the aggregate posterior (II) (Kumar et al.
+      2018; read ``lambda_od``, ``lambda_d``);
+    - ``"info-vae"``: MMD-VAE, the ELBO minus ``(info_lambda - 1)`` times the MMD between the
+      aggregate posterior and the prior (Zhao et al. 2019 with alpha = 0; reads
+      ``info_lambda``).
+
+    The default weights are those of disentanglement_lib's dSprites study (Locatello et al.
+    2019), which trains each objective at six values of one weight: beta-VAE beta in {1, 2,
+    4, 6, 8, 16}; AnnealedVAE gamma 1000, C_max in {5, 10, 25, 50, 75, 100} nats,
+    100,000 steps; FactorVAE gamma in {10, 20, 30, 40, 50, 100}; DIP-VAE-I lambda_od in {1,
+    2, 5, 10, 20, 50} with lambda_d = 10 lambda_od; DIP-VAE-II the same lambda_od with
+    lambda_d = lambda_od; beta-TCVAE beta in {1, 2, 4, 6, 8, 10}. Where one value is needed
+    the default is the third of the six (C_max 25, FactorVAE gamma 30, lambda_od 5); beta's
+    default stays 1, the plain VAE's (the run of ``objective="vae"`` does not change), so set
+    it for beta-VAE and beta-TCVAE (the grids' third value: 4). The study's discriminator
+    Adam has betas (0.5, 0.9); here it takes the run's ``train.betas``. InfoVAE is not in the
+    study: ``info_lambda`` defaults to the MMD-VAE's 1000 of :func:`~ppl_vae.infer.baselines.info_vae`.
 
     :param dataset: "dsprites", "mnist", "fashion-mnist" or "pinwheel".
     :param num_train: training points (None: all).
     :param latent_dim: D, the number of latent dimensions.
-    :param beta: KL weight.
+    :param objective: the objective: "vae", "beta-vae", "annealed-beta-vae", "factor-vae",
+        "beta-tcvae", "dip-vae-i", "dip-vae-ii" or "info-vae".
+    :param beta: KL weight of "vae" and "beta-vae", total-correlation weight of "beta-tcvae".
+    :param gamma: weight of "annealed-beta-vae"'s capacity term and "factor-vae"'s total
+        correlation (None: 1000 and 30).
+    :param capacity_max: C_max in nats, the capacity "annealed-beta-vae" reaches.
+    :param capacity_steps: T, the steps over which "annealed-beta-vae"'s capacity rises from 0
+        to C_max.
+    :param lambda_od: weight of the covariance's off-diagonal entries in "dip-vae-i" and
+        "dip-vae-ii".
+    :param lambda_d: weight of the covariance's diagonal in "dip-vae-i" and "dip-vae-ii" (None:
+        10 lambda_od for I, lambda_od for II).
+    :param tc_estimator: estimator of log q(z) in "beta-tcvae": "mws" (minibatch weighted
+        sampling) or "mss" (minibatch stratified sampling).
+    :param info_lambda: lambda of "info-vae", >= 1 (the MMD's weight is lambda - 1 with alpha = 0).
     :param likelihood: "bernoulli", "gaussian" or "laplace"; None picks Bernoulli for images
         and Gaussian for pinwheel.
     :param likelihood_scale: scale of a Gaussian or Laplace likelihood (None: 0.1).
@@ -85,7 +147,15 @@ class VAEConfig:
     dataset: str = "dsprites"
     num_train: int | None = 20000
     latent_dim: int = 10
+    objective: str = "vae"
     beta: float = 1.0
+    gamma: float | None = None
+    capacity_max: float = 25.0
+    capacity_steps: int = 100_000
+    lambda_od: float = 5.0
+    lambda_d: float | None = None
+    tc_estimator: str = "mws"
+    info_lambda: float = 1000.0
     likelihood: str | None = None
     likelihood_scale: float | None = None
     hidden: int = 256
@@ -97,11 +167,19 @@ class VAEConfig:
     def __post_init__(self) -> None:
         check_types(self)
         one_of(self, "dataset", DATASETS)
+        one_of(self, "objective", VAE_OBJECTIVES)
+        one_of(self, "tc_estimator", TC_ESTIMATORS)
         one_of(self, "likelihood", LIKELIHOODS)
         at_least(self, 2, "num_train")
-        at_least(self, 1, "latent_dim", "hidden")
-        at_least(self, 0, "beta", "factor_score_votes")
+        at_least(self, 1, "latent_dim", "hidden", "capacity_steps", "info_lambda")
+        at_least(self, 0, "beta", "gamma", "capacity_max", "lambda_od", "lambda_d", "factor_score_votes")
         positive(self, "likelihood_scale")
+
+    @property
+    def objective_gamma(self) -> float | None:
+        """``gamma``, or for None the default of ``objective`` (:data:`VAE_GAMMAS`; None for an
+        objective that reads no gamma)."""
+        return self.gamma if self.gamma is not None else VAE_GAMMAS.get(self.objective)
 
 
 @dataclass

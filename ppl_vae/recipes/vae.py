@@ -1,4 +1,6 @@
-"""Recipe for the plain VAE / beta-VAE on dSprites, MNIST, Fashion-MNIST or pinwheel."""
+"""Recipe for the VAE on dSprites, MNIST, Fashion-MNIST or pinwheel, trained by the plain
+ELBO or one of the disentangling baselines of :mod:`ppl_vae.infer.baselines` (``objective``:
+beta-VAE, the capacity-annealed beta-VAE, FactorVAE, beta-TCVAE, DIP-VAE-I/II, InfoVAE)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -7,6 +9,8 @@ from typing import Any
 
 from pyro.infer import TraceMeanField_ELBO
 
+from ppl_vae._validation import choice
+from ppl_vae.infer.baselines import annealed_beta_vae, beta_tcvae, beta_vae, dip_vae, factor_vae, info_vae
 from ppl_vae.infer.mean_field import MeanFieldELBO
 from ppl_vae.metrics import factor_score
 from ppl_vae.models import VAE
@@ -18,28 +22,64 @@ from ppl_vae.recipes.common import (
     mnist_binarization,
     networks,
 )
-from ppl_vae.recipes.configs import VAEConfig
+from ppl_vae.recipes.configs import VAE_OBJECTIVES, VAEConfig
+from ppl_vae.schedules import LinearCapacity
 from ppl_vae.train import TrainConfig
+
+#: Learning rate of FactorVAE's discriminator step: disentanglement_lib's (Locatello et al. 2019).
+FACTOR_DISCRIMINATOR_LR = 1e-4
+
+
+def make_objective(config: VAEConfig, num_points: int | None) -> MeanFieldELBO:
+    """The objective ``config.objective`` with the weights of ``config``, a preset of
+    :mod:`ppl_vae.infer.baselines` on the VAE's latent site ``"z"`` (``"vae"``:
+    ``MeanFieldELBO(beta=config.beta)``).
+
+    :param config: the run's settings.
+    :param num_points: N, the training points (read by ``"beta-tcvae"`` only; ``None`` when unknown).
+    :raises ValueError: an unknown objective; ``"beta-tcvae"`` without ``num_points``."""
+    name = choice("objective", config.objective, VAE_OBJECTIVES)
+    if name == "vae":
+        return MeanFieldELBO(beta=config.beta)
+    if name == "beta-vae":
+        return beta_vae(config.beta)
+    if name == "annealed-beta-vae":
+        capacity = LinearCapacity(0.0, config.capacity_max, config.capacity_steps)
+        return annealed_beta_vae(config.objective_gamma, capacity)
+    if name == "factor-vae":
+        return factor_vae(config.objective_gamma, discriminator_lr=FACTOR_DISCRIMINATOR_LR, input_dim=config.latent_dim)
+    if name == "beta-tcvae":
+        if num_points is None:
+            raise ValueError(
+                "objective 'beta-tcvae' needs num_points, the number of training points, in the run's "
+                "model_inputs (saved by `ppl-vae train vae`); this run's has none"
+            )
+        return beta_tcvae(num_points, config.beta, estimator=config.tc_estimator)
+    if name in ("dip-vae-i", "dip-vae-ii"):
+        return dip_vae(name.removeprefix("dip-vae-"), config.lambda_od, config.lambda_d)
+    return info_vae(config.info_lambda)
 
 
 def build_untrained(config: VAEConfig, model_inputs: Mapping[str, Any]) -> tuple[VAE, MeanFieldELBO]:
     """The untrained VAE of ``config`` for points of ``model_inputs["shape"]`` (one point's
-    shape), and its objective."""
+    shape), and its objective (:func:`make_objective`, given N as ``model_inputs["num_points"]``,
+    which runs saved before it was kept lack)."""
     shape = tuple(model_inputs["shape"])
     encoder, decoder = networks(shape, config.latent_dim, config.hidden)
     likelihood = config.likelihood or ("bernoulli" if len(shape) == 3 else "gaussian")
     scale = config.likelihood_scale if config.likelihood_scale is not None else (None if likelihood == "bernoulli" else 0.1)
     model = VAE(encoder, decoder, config.latent_dim, likelihood=likelihood, likelihood_scale=scale)
-    return model, MeanFieldELBO(beta=config.beta)
+    return model, make_objective(config, model_inputs.get("num_points"))
 
 
 def build(config: VAEConfig) -> Experiment:
-    """The VAE, the mean-field ELBO with ``config.beta`` (analytic KL) and the training images of ``config``."""
+    """The VAE, its objective (``config.objective``; the mean-field ELBO with ``config.beta`` by
+    default, analytic KL) and the training images of ``config``."""
     data = load_training_data(
         config.dataset, config.num_train, config.train.seed, mnist_dir=config.mnist_dir,
         binarize=mnist_binarization(config.dataset, config.likelihood),
     )
-    model_inputs = {"shape": list(data.x.shape[1:])}
+    model_inputs = {"shape": list(data.x.shape[1:]), "num_points": len(data.x)}
     model, objective = build_untrained(config, model_inputs)
 
     def evaluate(trained: VAE, pictures: Path) -> dict[str, Any]:
