@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -68,6 +69,14 @@ def _u_sizes(num_classes: int | Sequence[int], u_dims: int | Sequence[int]) -> t
     if len(sizes) != num_variables:
         raise ValueError(f"u_dims must give one size per categorical variable ({num_variables}), got {u_dims!r}")
     return sizes
+
+
+def _default_trained_step(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """Load-state-dict pre-hook: a state dict without ``trained_step`` (saved before the buffer
+    was persistent) loads with -1, "never trained here", so its sharpness is the schedule's end value."""
+    state_dict.setdefault(prefix + "trained_step", torch.tensor(-1, dtype=torch.long))
 
 
 class PartedVAE(PyroModule):
@@ -167,10 +176,12 @@ class PartedVAE(PyroModule):
         self.likelihood_scale = likelihood_scale
         self.temperature = float(temperature)
         self.sharpness = sharpness if sharpness is not None else LinearSchedule.from_rate(1.0, 2e-4, 8.0)
-        # The last step the guide was trained at (-1: none in this process), so that evaluation
-        # gates at k(trained step) rather than the schedule's end value. Not persistent: older
-        # checkpoints load unchanged, and a model loaded from one falls back to the end value.
-        self.register_buffer("trained_step", torch.tensor(-1, dtype=torch.long), persistent=False)
+        # The last step the guide was trained at (-1: never), so that evaluation gates at
+        # k(trained step) rather than the schedule's end value; saved with the weights, so a
+        # loaded run evaluates as it was trained. A state dict saved before it existed loads
+        # with -1 (the end value) through the pre-hook.
+        self.register_buffer("trained_step", torch.tensor(-1, dtype=torch.long))
+        self.register_load_state_dict_pre_hook(_default_trained_step)
         self.data_size = data_size
 
     @classmethod
