@@ -283,6 +283,36 @@ def test_the_mnist_rerun_plateaus_per_authors_epoch_of_938_steps_and_can_reach_t
     assert (config.top_activation, config.negative_slope, config.class_prior_init) == ("leaky_relu", 0.1, "randn")
 
 
+def test_the_mnist_variant_at_938_step_epochs_differs_from_parted_mnist_in_the_plateau_epoch_alone(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import campaign as manifest
+
+    runs = {run.experiment: run for run in manifest.read_manifest(manifest.MANIFEST) if run.seed == 0}
+    base, variant = runs["parted-mnist"], runs["parted-mnist-plateau-938"]
+    assert (variant.curve_every, variant.patience) == (base.curve_every, base.patience)  # the control's stop
+    base_config, variant_config = manifest.run_config(base, "cpu"), manifest.run_config(variant, "cpu")
+    assert {name: p.every_n_steps for name, p in variant_config.train.lr_plateau.items()} == {
+        "elbo": 938, "classifier": 938}
+    assert {name: p.every_n_steps for name, p in base_config.train.lr_plateau.items()} == {
+        "elbo": None, "classifier": None}
+    assert variant_config.train.steps == base_config.train.steps
+
+
+def test_a_variant_row_is_judged_against_the_control_of_the_row_it_varies(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import tables
+
+    def records(experiment: str, gaps: list[float]) -> list[dict]:
+        return [{"experiment": experiment, "seed": seed, "complete": True, "metrics": {"gap": gap}}
+                for seed, gap in enumerate(gaps)]
+
+    ours = {"parted-mnist-plateau-938": records("parted-mnist-plateau-938", [0.07, 0.08, 0.06])}
+    controls = {"parted-mnist": records("parted-mnist", [0.09, 0.11])}
+    text = tables.render("parted-mnist", ours, controls, part="verdicts")
+    row = next(line for line in text.splitlines() if "`parted-mnist-plateau-938`" in line)
+    assert "cause: implementation |" in row and row.endswith("| 0.070 +- 0.010 | 0.100 +- 0.014 |")
+
+
 def test_student_t_runs_at_the_paper_settings_sweep_df_9_and_3_and_are_scored_after_the_authors_cdf_map(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "experiments"))
     import campaign as manifest
