@@ -41,7 +41,7 @@ def one_line_error(capsys) -> str:
 @pytest.mark.parametrize(
     "setting, value, expected",
     [
-        ("beta", "1,5", "a finite number (type float)"),
+        ("beta", "1,5", "a finite number or null (type float | None)"),
         ("train.lr", "1e-3x", "a finite number (type float)"),
         ("train.lr", "Infinity", "a finite number (type float)"),
         ("train.lr", "nan", "a finite number (type float)"),

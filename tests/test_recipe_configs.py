@@ -35,7 +35,7 @@ def test_default_and_demo_configs_survive_a_json_round_trip(name):
         ({"latent_dim": True}, "setting latent_dim: True is not an integer (type int)"),
         ({"latent_dim": 2.5}, "setting latent_dim: 2.5 is not an integer (type int)"),
         ({"latent_dim": "10"}, "setting latent_dim: '10' is not an integer (type int)"),
-        ({"beta": math.inf}, "setting beta: inf is not a finite number (type float)"),
+        ({"beta": math.inf}, "setting beta: inf is not a finite number or null (type float | None)"),
         ({"num_train": 1}, "num_train must be an integer >= 2, got 1"),
         ({"likelihood_scale": 0.0}, "likelihood_scale must be a finite number > 0, got 0.0"),
     ],

@@ -77,9 +77,17 @@ def test_the_defaults_are_disentanglement_libs_dsprites_settings():
     dip_ii = make_objective(VAEConfig(objective="dip-vae-ii"), None).term("dip_z")
     assert (dip_i.kind, dip_i.lambda_od, dip_i.lambda_d) == ("i", 5.0, 50.0)
     assert (dip_ii.kind, dip_ii.lambda_od, dip_ii.lambda_d) == ("ii", 5.0, 5.0)
-    tc = make_objective(VAEConfig(objective="beta-tcvae", beta=4.0), 737_280).term("kl_decomposition_z")
+    tc = make_objective(VAEConfig(objective="beta-tcvae"), 737_280).term("kl_decomposition_z")
     assert (tc.beta, tc.alpha, tc.gamma, tc.estimator, tc.data_size) == (4.0, 1.0, 1.0, "mws", 737_280)
     assert TC_ESTIMATORS == ESTIMATORS
+
+
+def test_beta_defaults_to_1_for_the_plain_vae_and_to_the_studys_4_for_beta_vae_and_beta_tcvae():
+    assert make_objective(VAEConfig(), None).beta == 1.0
+    assert make_objective(VAEConfig(objective="beta-vae"), None).beta == 4.0
+    assert make_objective(VAEConfig(objective="beta-tcvae"), 100).term("kl_decomposition_z").beta == 4.0
+    assert make_objective(VAEConfig(objective="beta-vae", beta=2.0), None).beta == 2.0  # a beta set wins
+    assert VAEConfig(objective="factor-vae").objective_beta is None  # reads no beta
 
 
 def test_the_settings_reach_the_terms():

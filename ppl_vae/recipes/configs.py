@@ -46,6 +46,9 @@ TC_ESTIMATORS = ("mws", "mss")
 #: gamma of the objectives that read it when ``VAEConfig.gamma`` is None: AnnealedVAE's and
 #: FactorVAE's in disentanglement_lib's dSprites study (the latter the third of its six values).
 VAE_GAMMAS = {"annealed-beta-vae": 1000.0, "factor-vae": 30.0}
+#: beta of the objectives that read it when ``VAEConfig.beta`` is None: the plain VAE's 1, and
+#: beta-VAE's and beta-TCVAE's in disentanglement_lib's dSprites study (the third of six values).
+VAE_BETAS = {"vae": 1.0, "beta-vae": 4.0, "beta-tcvae": 4.0}
 
 
 def at_least(config: Any, minimum: int, *names: str) -> None:
@@ -111,9 +114,8 @@ class VAEConfig:
     100,000 steps; FactorVAE gamma in {10, 20, 30, 40, 50, 100}; DIP-VAE-I lambda_od in {1,
     2, 5, 10, 20, 50} with lambda_d = 10 lambda_od; DIP-VAE-II the same lambda_od with
     lambda_d = lambda_od; beta-TCVAE beta in {1, 2, 4, 6, 8, 10}. Where one value is needed
-    the default is the third of the six (C_max 25, FactorVAE gamma 30, lambda_od 5); beta's
-    default stays 1, the plain VAE's (the run of ``objective="vae"`` does not change), so set
-    it for beta-VAE and beta-TCVAE (the grids' third value: 4). The study's discriminator
+    the default is the third of the six (C_max 25, FactorVAE gamma 30, lambda_od 5, beta 4 for
+    beta-VAE and beta-TCVAE); the plain VAE's beta is 1. The study's discriminator
     Adam has betas (0.5, 0.9); here it takes the run's ``train.betas``. InfoVAE is not in the
     study: ``info_lambda`` defaults to the MMD-VAE's 1000 of :func:`~ppl_vae.infer.baselines.info_vae`.
 
@@ -122,7 +124,8 @@ class VAEConfig:
     :param latent_dim: D, the number of latent dimensions.
     :param objective: the objective: "vae", "beta-vae", "annealed-beta-vae", "factor-vae",
         "beta-tcvae", "dip-vae-i", "dip-vae-ii" or "info-vae".
-    :param beta: KL weight of "vae" and "beta-vae", total-correlation weight of "beta-tcvae".
+    :param beta: KL weight of "vae" and "beta-vae", total-correlation weight of "beta-tcvae"
+        (None: 1 for "vae", 4 for the others).
     :param gamma: weight of "annealed-beta-vae"'s capacity term and "factor-vae"'s total
         correlation (None: 1000 and 30).
     :param capacity_max: C_max in nats, the capacity "annealed-beta-vae" reaches.
@@ -148,7 +151,7 @@ class VAEConfig:
     num_train: int | None = 20000
     latent_dim: int = 10
     objective: str = "vae"
-    beta: float = 1.0
+    beta: float | None = None
     gamma: float | None = None
     capacity_max: float = 25.0
     capacity_steps: int = 100_000
@@ -180,6 +183,12 @@ class VAEConfig:
         """``gamma``, or for None the default of ``objective`` (:data:`VAE_GAMMAS`; None for an
         objective that reads no gamma)."""
         return self.gamma if self.gamma is not None else VAE_GAMMAS.get(self.objective)
+
+    @property
+    def objective_beta(self) -> float | None:
+        """``beta``, or for None the default of ``objective`` (:data:`VAE_BETAS`; None for an
+        objective that reads no beta)."""
+        return self.beta if self.beta is not None else VAE_BETAS.get(self.objective)
 
 
 @dataclass

@@ -112,7 +112,7 @@ def _decomposition() -> RecipeModule:
 RECIPES: dict[str, Recipe] = {
     recipe.name: recipe
     for recipe in (
-        Recipe("vae", VAEConfig, _vae, "plain VAE / beta-VAE (TraceMeanField_ELBO)"),
+        Recipe("vae", VAEConfig, _vae, "VAE: plain ELBO, beta-VAE, FactorVAE, beta-TCVAE, DIP-VAE, InfoVAE (objective)"),
         Recipe(
             "parted",
             PartedConfig,

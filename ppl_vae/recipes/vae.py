@@ -33,16 +33,16 @@ FACTOR_DISCRIMINATOR_LR = 1e-4
 def make_objective(config: VAEConfig, num_points: int | None) -> MeanFieldELBO:
     """The objective ``config.objective`` with the weights of ``config``, a preset of
     :mod:`ppl_vae.infer.baselines` on the VAE's latent site ``"z"`` (``"vae"``:
-    ``MeanFieldELBO(beta=config.beta)``).
+    ``MeanFieldELBO(beta=config.objective_beta)``).
 
     :param config: the run's settings.
     :param num_points: N, the training points (read by ``"beta-tcvae"`` only; ``None`` when unknown).
     :raises ValueError: an unknown objective; ``"beta-tcvae"`` without ``num_points``."""
     name = choice("objective", config.objective, VAE_OBJECTIVES)
     if name == "vae":
-        return MeanFieldELBO(beta=config.beta)
+        return MeanFieldELBO(beta=config.objective_beta)
     if name == "beta-vae":
-        return beta_vae(config.beta)
+        return beta_vae(config.objective_beta)
     if name == "annealed-beta-vae":
         capacity = LinearCapacity(0.0, config.capacity_max, config.capacity_steps)
         return annealed_beta_vae(config.objective_gamma, capacity)
@@ -54,7 +54,7 @@ def make_objective(config: VAEConfig, num_points: int | None) -> MeanFieldELBO:
                 "objective 'beta-tcvae' needs num_points, the number of training points, in the run's "
                 "model_inputs (saved by `ppl-vae train vae`); this run's has none"
             )
-        return beta_tcvae(num_points, config.beta, estimator=config.tc_estimator)
+        return beta_tcvae(num_points, config.objective_beta, estimator=config.tc_estimator)
     if name in ("dip-vae-i", "dip-vae-ii"):
         return dip_vae(name.removeprefix("dip-vae-"), config.lambda_od, config.lambda_d)
     return info_vae(config.info_lambda)
@@ -73,7 +73,7 @@ def build_untrained(config: VAEConfig, model_inputs: Mapping[str, Any]) -> tuple
 
 
 def build(config: VAEConfig) -> Experiment:
-    """The VAE, its objective (``config.objective``; the mean-field ELBO with ``config.beta`` by
+    """The VAE, its objective (``config.objective``; the mean-field ELBO with ``config.objective_beta`` by
     default, analytic KL) and the training images of ``config``."""
     data = load_training_data(
         config.dataset, config.num_train, config.train.seed, mnist_dir=config.mnist_dir,
