@@ -227,14 +227,20 @@ class MeanFieldELBO(TraceMeanField_ELBO):
     def loss(self, model, guide, *args, **kwargs) -> float:
         """:meth:`differentiable_loss` as a float (what ``SVI.evaluate_loss`` reports).
 
-        Arguments as :meth:`training_loss`'s."""
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         return torch_item(self.differentiable_loss(model, guide, *args, **kwargs))
 
     def loss_and_grads(self, model, guide, *args, **kwargs) -> float:
         """Pyro's (``SVI.step``): the loss as a float, its gradients accumulated in the
         parameters; :attr:`logged` then holds the last particle's values.
 
-        Arguments as :meth:`training_loss`'s."""
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
         with call:
             return super().loss_and_grads(model, guide, *args, **kwargs)
@@ -243,7 +249,10 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """``(model_trace, guide_trace)`` of one particle, every term a ``pyro.factor`` site and
         the replaced sites masked out; :attr:`logged` then holds the terms' values and parts.
 
-        Arguments as :meth:`training_loss`'s."""
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs)
         with call:  # Pyro offers one particle's traces only as ELBO._get_trace
             traces = self._get_trace(model, guide, args, kwargs)
@@ -254,7 +263,10 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """What :attr:`logged` holds after one particle, with gradients: for inspecting which
         parameters each term reaches (a term of weight 0 included).
 
-        Arguments as :meth:`training_loss`'s."""
+        :param model: the model callable (class docstring: calling).
+        :param guide: the guide callable.
+        :param args: positional arguments of the model and guide.
+        :param kwargs: keyword arguments of the model and guide, the terms' and ``step``."""
         kwargs, call = self._call(kwargs, keep_graph=True)
         with call:  # Pyro offers one particle's traces only as ELBO._get_trace
             model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
