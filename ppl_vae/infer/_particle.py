@@ -9,7 +9,8 @@ step) and what they give back (per-point values, their auxiliary steps' argument
 one call of the objective: a :class:`TermCall`, which the objective's methods enter around
 Pyro's particle loop and its particle hooks reach as the Pyro effect ``"term_call"``
 (:func:`current_call`). Nothing is stored in Pyro's traces or kept by the objective between
-calls.
+calls. A latent site's KL in the particle's loss (:func:`site_kl`) and Pyro's check that a guide
+site is reparameterised (:func:`check_reparameterised`) are here too.
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ import pyro
 import torch
 from pyro import poutine
 from pyro.distributions import MaskedDistribution
+from pyro.distributions.util import scale_and_mask
+from pyro.infer.util import check_fully_reparametrized, is_validation_enabled
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import effectful
 from torch import nn
 
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
-from ppl_vae.infer.terms import Term, TermSites
+from ppl_vae.infer.terms import Term, TermSites, closed_form_kl
 
 
 def model_module(model: Callable) -> nn.Module | None:
@@ -131,3 +134,29 @@ def with_terms(model: Callable, guide: Callable, terms: Sequence[Term], call: Te
         return result
 
     return model_with_terms, traced_guide
+
+
+def site_kl(site: dict[str, Any], guide_site: dict[str, Any]) -> torch.Tensor | float:
+    """A latent site's KL, summed over its batch, scaled and masked as its guide site is: in
+    closed form where one is registered, else ``log q - log p`` at the guide's sample from the
+    traces' scores (both as Pyro's TraceMeanField_ELBO takes them)."""
+    check_reparameterised(guide_site)
+    kl = closed_form_kl(guide_site["fn"], site["fn"])
+    if kl is None:
+        return guide_site["log_prob_sum"] - site["log_prob_sum"]
+    kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
+    return kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
+
+
+def check_reparameterised(site: dict[str, Any]) -> None:
+    """Under validation, Pyro's :func:`~pyro.infer.util.check_fully_reparametrized` on a scored
+    guide site, its ``NotImplementedError`` naming the site."""
+    if not is_validation_enabled():
+        return
+    try:
+        check_fully_reparametrized(site)
+    except NotImplementedError as error:
+        raise NotImplementedError(
+            f"{error} The guide's site {site['name']!r} is a {type(site['fn']).__name__}, which has no rsample "
+            "or a score-function term (a discrete or rejection-sampled latent)"
+        ) from None

@@ -30,19 +30,26 @@ from typing import Any
 
 import torch
 from pyro import poutine
-from pyro.distributions.util import scale_and_mask
 from pyro.infer import TraceMeanField_ELBO
-from pyro.infer.util import check_fully_reparametrized, is_validation_enabled, torch_item
+from pyro.infer.util import torch_item
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.trace_struct import Trace
 from pyro.util import warn_if_nan
 from torch import nn
 
 from ppl_vae._validation import boolean, finite
-from ppl_vae.infer._particle import TermCall, current_call, is_replaced, replaced_sites, with_terms
+from ppl_vae.infer._particle import (
+    TermCall,
+    check_reparameterised,
+    current_call,
+    is_replaced,
+    replaced_sites,
+    site_kl,
+    with_terms,
+)
 from ppl_vae.infer.distributed import LOCAL_BATCH
 from ppl_vae.infer.steps import AuxiliaryStep, TrainingLoss
-from ppl_vae.infer.terms import Term, closed_form_kl, site_points
+from ppl_vae.infer.terms import Term, site_points
 
 __all__ = ["MeanFieldELBO"]
 
@@ -181,7 +188,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 continue
             guide_site = guide_trace.nodes[name]
             if not (is_replaced(site) and is_replaced(guide_site)):  # else a KL of 0 (masked as its guide site)
-                kl = _kl(site, guide_site)
+                kl = site_kl(site, guide_site)
                 kl_total = kl_total + kl
                 counted_kls.append(call.kept(kl) / site_points(guide_site))
         for name, guide_site in guide_trace.nodes.items():
@@ -189,7 +196,7 @@ class MeanFieldELBO(TraceMeanField_ELBO):
                 if not guide_site["infer"].get("is_auxiliary"):  # Pyro's estimator asserts the same
                     raise AssertionError(f"the guide's site {name!r} is not in the model: mark it "
                                          "infer={'is_auxiliary': True} if it is an auxiliary variable")
-                _check_reparameterised(guide_site)
+                check_reparameterised(guide_site)
                 kl_total = kl_total + guide_site["log_prob_sum"]
         logged = {**call.logged, "reconstruction": torch.as_tensor(reconstruction)}
         if counted_kls:
@@ -282,28 +289,3 @@ class MeanFieldELBO(TraceMeanField_ELBO):
         """Networks the terms own outside the model, by name, for the engine to move and checkpoint."""
         return {name: module for term in self.terms for name, module in term.auxiliary_modules().items()}
 
-
-def _kl(site: dict[str, Any], guide_site: dict[str, Any]) -> torch.Tensor | float:
-    """A latent site's KL, summed over its batch, scaled and masked as its guide site is: in
-    closed form where one is registered, else ``log q - log p`` at the guide's sample from the
-    traces' scores (both as Pyro's TraceMeanField_ELBO takes them)."""
-    _check_reparameterised(guide_site)
-    kl = closed_form_kl(guide_site["fn"], site["fn"])
-    if kl is None:
-        return guide_site["log_prob_sum"] - site["log_prob_sum"]
-    kl = scale_and_mask(kl, scale=guide_site["scale"], mask=guide_site["mask"])
-    return kl.sum() if torch.is_tensor(kl) else kl * guide_site["fn"].batch_shape.numel()
-
-
-def _check_reparameterised(site: dict[str, Any]) -> None:
-    """Under validation, Pyro's :func:`~pyro.infer.util.check_fully_reparametrized` on a scored
-    guide site, its ``NotImplementedError`` naming the site."""
-    if not is_validation_enabled():
-        return
-    try:
-        check_fully_reparametrized(site)
-    except NotImplementedError as error:
-        raise NotImplementedError(
-            f"{error} The guide's site {site['name']!r} is a {type(site['fn']).__name__}, which has no rsample "
-            "or a score-function term (a discrete or rejection-sampled latent)"
-        ) from None
