@@ -27,6 +27,7 @@ from pyro.poutine.messenger import Messenger
 from pyro.poutine.runtime import effectful
 from torch import nn
 
+from ppl_vae._validation import require
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.terms import Term, TermSites, closed_form_kl
 
@@ -38,9 +39,21 @@ def model_module(model: Callable) -> nn.Module | None:
 
 
 def replaced_sites(terms: Sequence[Term], model: Callable) -> tuple[str, ...]:
-    """The sites ``terms`` replace for ``model`` (the terms read the module it is a method of), in order."""
+    """The sites ``terms`` replace for ``model`` (the terms read the module it is a method of), in order.
+
+    :raises ValueError: a site replaced by two terms that do not split its KL between them
+        (:attr:`~ppl_vae.infer.terms.Term.replacement_group`): its KL would count twice."""
     module = model_module(model)
-    return tuple(dict.fromkeys(name for term in terms for name in term.replaced_sites(module)))
+    replacing: dict[str, list[Term]] = {}
+    for term in terms:
+        for name in dict.fromkeys(term.replaced_sites(module)):
+            replacing.setdefault(name, []).append(term)
+    for name, owners in replacing.items():
+        groups = {term.replacement_group for term in owners}
+        require("terms", [term.name for term in owners], len(owners) == 1 or (groups != {None} and len(groups) == 1),
+                f"terms that replace different sites: each of these stands in for the KL of {name!r}, which "
+                "would count twice (keep one; terms that split one KL share a replacement_group)")
+    return tuple(replacing)
 
 
 def is_replaced(site: dict[str, Any]) -> bool:

@@ -173,6 +173,8 @@ class _ReplacesClassKL(ClassTerm):
     """A class term that stands in for the KL of every c_i (with its partner, the entropy and
     the aggregate KL together replace it)."""
 
+    replacement_group = "class_kl"
+
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
         """Every c_i, whose KL the entropy and aggregate terms replace."""
         return tuple(variable.class_site for variable in self.class_variables(module))

@@ -181,6 +181,11 @@ class Term:
         ``"alpha"``), or the objective's that it came from (``"gamma_z"``).
     """
 
+    #: Terms that split one site's KL between them (PartedVAE's entropy and aggregate class
+    #: terms) share a group name; otherwise a site is replaced by one term only, since each
+    #: replacing term stands in for the whole KL. ``None``: the term replaces its sites alone.
+    replacement_group: str | None = None
+
     def __init__(self, name: str, weight: float, weight_name: str = "weight") -> None:
         self.name = site_name("name", name)
         self.weight = finite(weight_name, weight, low=0)

@@ -152,6 +152,27 @@ def test_a_generic_objective_with_a_capacity_term_replaces_the_kl_of_its_site():
     assert annealed_loss - plain_loss == pytest.approx(16 * (4.0 * abs(kl - 1.0) - kl), rel=1e-4)
 
 
+def test_two_terms_that_each_replace_the_same_kl_are_refused_naming_the_site_and_both_terms():
+    from ppl_vae.infer.baselines import KLDecomposition
+
+    model = vae()
+    capacity = Capacity("z", gamma=4.0, capacity=LinearCapacity(1.0, 1.0, 1))
+    elbo = MeanFieldELBO(terms=[capacity, KLDecomposition("z", data_size=16)])
+    with pytest.raises(ValueError, match=r"terms must be terms that replace different sites: each of these stands "
+                       r"in for the KL of 'z'.*got \['capacity_z', 'kl_decomposition_z'\]"):
+        elbo.loss(model.model, model.guide, binary(16), step=0)
+    with pytest.raises(ValueError, match="the KL of 'z'"):
+        PartedELBO(extra_terms=[KLDecomposition("z", data_size=16)]).loss(
+            parted().model, parted().guide, binary(16), step=0)
+
+
+def test_the_entropy_and_aggregate_class_terms_split_the_kl_of_c_between_them():
+    model = parted()
+    elbo = PartedELBO()
+    assert {type(term).__name__ for term in elbo.terms} >= {"ClassEntropy", "AggregateClassKL"}
+    assert math.isfinite(elbo.loss(model.model, model.guide, binary(16), step=0))
+
+
 def test_a_term_with_weight_zero_is_logged_without_a_factor_site_or_gradient():
     model, objective = parted(), PartedELBO(gamma_h=0.0)
     model_trace, _ = objective.traces(model.model, model.guide, binary(8), step=0)
