@@ -81,6 +81,13 @@ def capacity_range(name: str, value: Any) -> tuple[float, float]:
     return float(value[0]), float(value[1])
 
 
+def adam_betas(name: str, value: Any) -> tuple[float, float]:
+    """``value`` as Adam's ``(beta_1, beta_2)``: two finite numbers in [0, 1)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 2:
+        raise ValueError(f"{name} must be two numbers in [0, 1), got {shown(value)}")
+    return tuple(finite(name, b, low=0.0, high=1.0) for b in value)  # type: ignore[return-value]
+
+
 def boolean(name: str, value: Any) -> bool:
     """``value`` itself, refused unless it is ``True`` or ``False``.
 

@@ -11,7 +11,7 @@ from ppl_vae.infer import MeanFieldELBO, TrainingIteration
 from ppl_vae.infer.baselines import ESTIMATORS
 from ppl_vae.recipes import RECIPES, SettingError, with_overrides
 from ppl_vae.recipes.configs import TC_ESTIMATORS, VAE_OBJECTIVES, VAEConfig
-from ppl_vae.recipes.vae import FACTOR_DISCRIMINATOR_LR, build, build_untrained, make_objective
+from ppl_vae.recipes.vae import FACTOR_DISCRIMINATOR_BETAS, FACTOR_DISCRIMINATOR_LR, build, build_untrained, make_objective
 from ppl_vae.train import TrainConfig
 
 #: The terms each objective adds to the ELBO, by name.
@@ -72,6 +72,7 @@ def test_the_defaults_are_disentanglement_libs_dsprites_settings():
     assert (annealed.capacity.c_min, annealed.capacity.c_max, annealed.capacity.num_steps) == (0.0, 25.0, 100_000)
     factor = make_objective(VAEConfig(objective="factor-vae"), None).term("total_correlation")
     assert factor.weight == 30.0 and factor.discriminator_lr == FACTOR_DISCRIMINATOR_LR == 1e-4
+    assert factor.discriminator_betas == FACTOR_DISCRIMINATOR_BETAS == (0.5, 0.9)
     assert factor.discriminator.kind == "mlp" and factor.discriminator.hidden == (1000,) * 6
     dip_i = make_objective(VAEConfig(objective="dip-vae-i"), None).term("dip_z")
     dip_ii = make_objective(VAEConfig(objective="dip-vae-ii"), None).term("dip_z")

@@ -296,7 +296,10 @@ class FactorTotalCorrelation(DensityRatioTotalCorrelation):
         LeakyReLU(0.2) units) or ``"linear"`` (which sees no dependence, see
         :class:`~ppl_vae.nn.TCDiscriminator`).
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
-    :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's).
+    :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's;
+        disentanglement_lib's is 1e-4).
+    :param discriminator_betas: Adam betas of the discriminator step (``None``: the engine's;
+        disentanglement_lib's are (0.5, 0.9)).
     :param input_dim: D; ``None`` reads it from one prior draw of the model
         (``model.model(batch_size=1)``).
     :param guide_arguments: the keyword arguments of the guide that hold the data, for the
@@ -314,10 +317,11 @@ class FactorTotalCorrelation(DensityRatioTotalCorrelation):
         input_dim: int | None = None,
         guide_arguments: Sequence[str] = ("x",),
         name: str = "total_correlation",
+        discriminator_betas: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(
             (site_name("site", site),), "dimensions", gamma, ("sample",), discriminator, discriminator_hidden,
-            discriminator_lr, input_dim, guide_arguments, name,
+            discriminator_lr, input_dim, guide_arguments, name, discriminator_betas,
         )
 
     @property
@@ -361,7 +365,8 @@ def factor_vae(gamma: float, site: str = "z", extra_terms: Sequence[Term] = (), 
     :param site: the latent site.
     :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
     :param kwargs: passed to :class:`FactorTotalCorrelation` (``discriminator``,
-        ``discriminator_hidden``, ``discriminator_lr``, ``input_dim``, ``guide_arguments``)."""
+        ``discriminator_hidden``, ``discriminator_lr``, ``discriminator_betas``, ``input_dim``,
+        ``guide_arguments``)."""
     return MeanFieldELBO(terms=[FactorTotalCorrelation(site, gamma, **kwargs), *extra_terms])
 
 

@@ -67,7 +67,8 @@ class TrainingIteration:
     :param objective: the ELBO (anything with ``differentiable_loss(model, guide, **batch)``);
         its ``auxiliary_steps(model)`` are taken around it.
     :param lr: the learning rate of every optimiser whose step names none.
-    :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``; default Adam.
+    :param optimizer: ``(parameters, lr) -> torch.optim.Optimizer``, default Adam; called as
+        ``(parameters, lr, betas=...)`` for an auxiliary step that names its Adam betas.
     :param elbo_loss: the ELBO step as ``(step=t, global_batch=g, **batch) -> TrainingLoss``; default
         ``ppl_vae.infer.steps.training_loss(objective, model.model, model.guide)``, the
         objective's ``training_loss`` (or its ``differentiable_loss``). Any callable of that
@@ -96,7 +97,7 @@ class TrainingIteration:
     ) -> None:
         finite("lr", lr, positive=True)
         self.global_batch = global_batch if global_batch is not None else GlobalBatch()
-        make = optimizer or (lambda params, rate: torch.optim.Adam(params, lr=rate))
+        make = optimizer or (lambda params, rate, **options: torch.optim.Adam(params, lr=rate, **options))
         self.objective = objective
         self.elbo_loss = elbo_loss or training_loss(objective, model.model, model.guide)
         self.elbo_arguments = dict(elbo_arguments or {})
@@ -109,7 +110,8 @@ class TrainingIteration:
         #: engine puts Lightning's wrappers of the same optimisers there).
         self.optimizers: list[Any] = [
             make([p for p in model.parameters() if p.requires_grad], float(lr)),
-            *(make([p for p in step.parameters if p.requires_grad], float(step.lr or lr)) for step in self.steps),
+            *(make([p for p in step.parameters if p.requires_grad], float(step.lr or lr),
+                   **({} if step.betas is None else {"betas": step.betas})) for step in self.steps),
         ]
 
     @property

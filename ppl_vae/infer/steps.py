@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import nn
 
-from ppl_vae._validation import choice, finite
+from ppl_vae._validation import adam_betas, choice, finite
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class AuxiliaryStep:
         ``"labelled"``), or ``None`` for the ELBO's own batch.
     :param when: ``"before"`` or ``"after"`` the ELBO step in each iteration.
     :param lr: its learning rate; ``None`` takes the engine's.
+    :param betas: its Adam betas ``(beta_1, beta_2)``, each in [0, 1); ``None`` takes the
+        engine's (FactorVAE's discriminator is trained with (0.5, 0.9), not the VAE's).
     :param check_data: called once by the engine, before training, with the whole
         ``data_group`` (``{key: tensor (N, ...)}``, still on the host); raises on data the step
         cannot use, so that per-batch checks need not read values back from a GPU.
@@ -48,6 +50,7 @@ class AuxiliaryStep:
     data_group: str | None = None
     when: Literal["before", "after"] = "before"
     lr: float | None = None
+    betas: tuple[float, float] | None = None
     check_data: Callable[[dict[str, torch.Tensor]], None] | None = None
 
     def __post_init__(self) -> None:
@@ -56,6 +59,8 @@ class AuxiliaryStep:
             raise ValueError(f"auxiliary step {self.name!r} has no parameters to optimise")
         if self.lr is not None:
             finite("lr", self.lr, positive=True)
+        if self.betas is not None:
+            object.__setattr__(self, "betas", adam_betas("betas", self.betas))
 
 
 def auxiliary_steps(objective: object, model: nn.Module) -> list[AuxiliaryStep]:

@@ -31,7 +31,7 @@ from pyro import poutine
 from torch import nn
 from torch.func import functional_call
 
-from ppl_vae._validation import choice, finite, positive_integer, site_name
+from ppl_vae._validation import adam_betas, choice, finite, positive_integer, site_name
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.infer.terms import Term, TermSites
@@ -109,6 +109,7 @@ class DensityRatioTotalCorrelation(Term):
     :param guide_arguments: the keyword arguments of the guide that hold the data the sites
         encode, for the fresh samples of a plain SVI loop's discriminator step.
     :param name: the factor's name.
+    :param discriminator_betas: Adam betas of the discriminator step (``None``: the engine's).
     """
 
     #: The name of the discriminator's auxiliary step (its loss is logged as ``discriminator_loss``).
@@ -126,6 +127,7 @@ class DensityRatioTotalCorrelation(Term):
         input_dim: int | None,
         guide_arguments: Sequence[str],
         name: str,
+        discriminator_betas: tuple[float, float] | None = None,
     ) -> None:
         super().__init__(name, gamma, "gamma")
         self.sites = tuple(site_name("sites", site) for site in sites)
@@ -135,6 +137,8 @@ class DensityRatioTotalCorrelation(Term):
         self.sample_arguments = tuple(site_name("sample_arguments", argument) for argument in sample_arguments)
         self.discriminator = TCDiscriminator(discriminator, discriminator_hidden)
         self.discriminator_lr = None if discriminator_lr is None else finite("discriminator_lr", discriminator_lr, positive=True)
+        self.discriminator_betas = (None if discriminator_betas is None
+                                    else adam_betas("discriminator_betas", discriminator_betas))
         self.input_dim = None if input_dim is None else positive_integer("input_dim", input_dim)
         if isinstance(guide_arguments, str) or not guide_arguments:
             raise ValueError(f"guide_arguments must be a non-empty sequence of argument names, got {guide_arguments!r}")
@@ -209,7 +213,8 @@ class DensityRatioTotalCorrelation(Term):
             v = torch.cat(samples, dim=-1)
             return density_ratio_loss(self.discriminator, v, self.factor_widths(samples), global_batch)
 
-        return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr)]
+        return [AuxiliaryStep(self.STEP, loss, list(self.discriminator.parameters()), when="after", lr=self.discriminator_lr,
+                              betas=self.discriminator_betas)]
 
     def discriminator_input_dim(self, model: nn.Module) -> int:
         """The sum of the sites' sizes: ``input_dim`` when given, else the last dimensions of

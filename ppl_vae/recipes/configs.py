@@ -96,7 +96,8 @@ class VAEConfig:
       ``capacity_steps``);
     - ``"factor-vae"``: the ELBO minus gamma times the total correlation of z, estimated by a
       discriminator of six hidden layers of 1,000 units trained by its own Adam step at
-      learning rate 1e-4 after each ELBO step (Kim & Mnih 2018; reads ``gamma``);
+      learning rate 1e-4 and betas (0.5, 0.9) after each ELBO step (Kim & Mnih 2018; reads
+      ``gamma``);
     - ``"beta-tcvae"``: the KL split into index-code mutual information, total correlation
       and dimension-wise KL, the total correlation weighted by beta (Chen et al. 2018; reads
       ``beta`` and ``tc_estimator``; the data set's size N is the number of training points);
@@ -115,8 +116,8 @@ class VAEConfig:
     2, 5, 10, 20, 50} with lambda_d = 10 lambda_od; DIP-VAE-II the same lambda_od with
     lambda_d = lambda_od; beta-TCVAE beta in {1, 2, 4, 6, 8, 10}. Where one value is needed
     the default is the third of the six (C_max 25, FactorVAE gamma 30, lambda_od 5, beta 4 for
-    beta-VAE and beta-TCVAE); the plain VAE's beta is 1. The study's discriminator
-    Adam has betas (0.5, 0.9); here it takes the run's ``train.betas``. InfoVAE is not in the
+    beta-VAE and beta-TCVAE); the plain VAE's beta is 1. FactorVAE's discriminator
+    step is the study's: Adam at 1e-4 with betas (0.5, 0.9). InfoVAE is not in the
     study: ``info_lambda`` defaults to the MMD-VAE's 1000 of :func:`~ppl_vae.infer.baselines.info_vae`.
 
     :param dataset: "dsprites", "mnist", "fashion-mnist" or "pinwheel".

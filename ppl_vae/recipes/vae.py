@@ -28,6 +28,8 @@ from ppl_vae.train import TrainConfig
 
 #: Learning rate of FactorVAE's discriminator step: disentanglement_lib's (Locatello et al. 2019).
 FACTOR_DISCRIMINATOR_LR = 1e-4
+#: Adam betas of FactorVAE's discriminator step: disentanglement_lib's (the paper's).
+FACTOR_DISCRIMINATOR_BETAS = (0.5, 0.9)
 
 
 def make_objective(config: VAEConfig, num_points: int | None) -> MeanFieldELBO:
@@ -47,7 +49,8 @@ def make_objective(config: VAEConfig, num_points: int | None) -> MeanFieldELBO:
         capacity = LinearCapacity(0.0, config.capacity_max, config.capacity_steps)
         return annealed_beta_vae(config.objective_gamma, capacity)
     if name == "factor-vae":
-        return factor_vae(config.objective_gamma, discriminator_lr=FACTOR_DISCRIMINATOR_LR, input_dim=config.latent_dim)
+        return factor_vae(config.objective_gamma, discriminator_lr=FACTOR_DISCRIMINATOR_LR,
+                          discriminator_betas=FACTOR_DISCRIMINATOR_BETAS, input_dim=config.latent_dim)
     if name == "beta-tcvae":
         if num_points is None:
             raise ValueError(

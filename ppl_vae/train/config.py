@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ppl_vae._devices import device_setting
-from ppl_vae._validation import boolean, finite, integer, positive_integer, shown
+from ppl_vae._validation import adam_betas, boolean, finite, integer, positive_integer, shown
 
 PRECISIONS = ("32-true", "bf16-mixed")
 LOGGERS = ("csv", "tensorboard")
@@ -163,9 +163,7 @@ class TrainConfig:
             setattr(self, name, positive_integer(name, getattr(self, name)))
         self.seed = integer("seed", self.seed, minimum=0, maximum=2**32 - 1)
         self.lr = finite("lr", self.lr, positive=True)
-        if isinstance(self.betas, (str, bytes)) or not hasattr(self.betas, "__len__") or len(self.betas) != 2:
-            raise ValueError(f"betas must be two numbers in [0, 1), got {shown(self.betas)}")
-        self.betas = tuple(finite("betas", b, low=0.0, high=1.0) for b in self.betas)
+        self.betas = adam_betas("betas", self.betas)
         for name in ("amsgrad", "data_on_device", "validate", "progress_bar"):
             boolean(name, getattr(self, name))
         self.lr_plateau = _plateau_schedules(self.lr_plateau)

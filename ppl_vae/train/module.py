@@ -135,10 +135,10 @@ class SVIModule(L.LightningModule):
             return optimizers
         return optimizers, self.plateau.schedulers(optimizers)
 
-    def _adam(self, params, lr: float) -> torch.optim.Optimizer:
+    def _adam(self, params, lr: float, betas: tuple[float, float] | None = None) -> torch.optim.Optimizer:
         params = [p for p in params if p.requires_grad]
         return torch.optim.Adam(
-            params, lr=lr, betas=self.config.betas, amsgrad=self.config.amsgrad, **adam_implementation(params)
+            params, lr=lr, betas=betas or self.config.betas, amsgrad=self.config.amsgrad, **adam_implementation(params)
         )
 
     def training_step(self, block: list[TensorGroups], batch_idx: int) -> None:

@@ -7,7 +7,9 @@ import torch
 from pyro.infer import SVI
 
 from ppl_vae.infer import ContrastiveELBO, LinearCapacity, PartedELBO, TrainingIteration
-from ppl_vae.models import ContrastiveVAE, PartedVAE
+from ppl_vae.infer.baselines import factor_vae
+from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
+from ppl_vae.nn import MLP, mlp_decoder
 
 EVENT = (12,)
 
@@ -82,6 +84,23 @@ def test_the_discriminator_step_after_the_elbo_trains_only_the_discriminator():
     values = iteration(batch, 0)
     assert {"elbo_loss", "discriminator_loss", "total_correlation", "reconstruction"} <= set(values)
     assert any(not torch.equal(p, before[n]) for n, p in objective.discriminator.named_parameters())
+
+
+def test_a_step_that_names_its_adam_betas_gets_them_and_the_others_keep_the_default():
+    """FactorVAE's discriminator is trained by Adam with betas (0.5, 0.9), the VAE by the default."""
+    torch.manual_seed(0)
+    model = VAE(MLP([EVENT[0], 8]), mlp_decoder(3, [8], EVENT), latent_dim=3)
+    objective = factor_vae(10.0, discriminator_hidden=(8,), discriminator_betas=(0.5, 0.9), input_dim=3)
+    elbo, discriminator = TrainingIteration(model, objective, lr=1e-2).optimizers
+    assert elbo.param_groups[0]["betas"] == (0.9, 0.999)
+    assert discriminator.param_groups[0]["betas"] == (0.5, 0.9)
+    assert discriminator.param_groups[0]["params"] == list(objective.term("total_correlation").discriminator.parameters())
+
+
+@pytest.mark.parametrize("betas", [(0.5,), (0.5, 1.0), "0.5, 0.9", (float("nan"), 0.9)])
+def test_bad_discriminator_betas_are_refused_by_name(betas):
+    with pytest.raises(ValueError, match="discriminator_betas must be"):
+        factor_vae(10.0, discriminator_betas=betas)
 
 
 def test_training_iterations_lower_the_loss():

@@ -307,6 +307,20 @@ def test_adam_is_fused_on_cuda_parameters_and_foreach_elsewhere():
     assert optimizer.defaults["foreach"] is True
 
 
+class OptimizerBetas(L.Callback):
+    def on_train_start(self, trainer, module) -> None:
+        self.betas = [optimizer.param_groups[0]["betas"] for optimizer in trainer.optimizers]
+
+
+def test_an_auxiliary_step_that_names_adam_betas_trains_with_them_and_the_elbo_with_the_configs(data):
+    from ppl_vae.infer.baselines import factor_vae
+
+    seen = OptimizerBetas()
+    objective = factor_vae(5.0, discriminator_hidden=(8,), discriminator_betas=(0.5, 0.9), input_dim=2)
+    fit(small_vae(), objective, data, steps=2, callbacks=[seen], betas=(0.8, 0.99), **FAST)
+    assert seen.betas == [(0.8, 0.99), (0.5, 0.9)]
+
+
 def test_elbo_arguments_reach_the_objective_on_every_step(data):
     runs = []
     for elbo_arguments in ({}, {"aggregate_data": {"x": data["x"]}}):
