@@ -44,7 +44,8 @@ RECORDS = {"parted-dsprites-labels": [_record("parted-dsprites-labels", 0, 0.93,
                                       _record("parted-dsprites-labels", 1, 0.91, "bbbbbbb2")]}
 
 
-@pytest.mark.parametrize("name", ["parted-dsprites", "parted-mnist", "decomposition-dsprites"])
+@pytest.mark.parametrize("name", ["parted-dsprites", "parted-mnist", "decomposition-dsprites", "parted-baselines",
+                                  "parted-supervision"])
 def test_each_table_fits_a_page_and_every_row_has_its_headers_cells(tables, name):
     rendered = markdown_tables(tables.render(name, RECORDS, {}))
 
@@ -84,3 +85,22 @@ def test_the_verdicts_part_is_the_verdict_table_alone_without_commits(tables):
 def test_an_implementation_cause_resting_on_one_control_seed_says_so(tables):
     assert tables.shortfall_cause([0.50, 0.55], [0.80]) == "implementation (one control seed so far)"
     assert tables.shortfall_cause([0.50, 0.55], [0.80, 0.82]) == "implementation"
+
+
+def test_every_experiment_of_the_campaign_is_a_row_of_some_table(tables):
+    import json
+
+    manifest = json.loads((ROOT / "experiments" / "campaign.json").read_text(encoding="utf-8"))
+    shown = {row.experiment for table in tables.TABLES.values() for row in table.rows}
+
+    assert {entry["name"] for entry in manifest["experiments"]} <= shown
+
+
+def test_a_row_whose_paper_figure_is_not_recovered_is_shown_not_judged(tables):
+    records = {"vae-dsprites": [_record("vae-dsprites", 0, 0.61)]}
+    verdicts, metrics, _ = markdown_tables(tables.render("parted-baselines", records, {}))
+
+    assert verdicts[1][:4] == ["plain VAE (`vae-dsprites`)",
+                               "not yet decided: the paper's Table 1 figure is not in our copy of the paper; shown, not judged",
+                               "Table 1 (not in our copy)", "0.610"]
+    assert metrics[1][:2] == ["`vae-dsprites`", "0.610"]
