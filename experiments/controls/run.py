@@ -646,6 +646,18 @@ def labels_alone_accuracy(control: Control, seed: int, classes: tuple[type, type
     return held_out_accuracy(encoder, scoring.test), best_step
 
 
+def scoring_settings(control: Control) -> Any:
+    """What :class:`experiments.campaign.DSpritesScoring` reads of a run's settings, in the
+    campaign recipe's terms: for a Student-t prior ``prior="student-t"`` and its ``df``, so
+    that the control is also scored on the codes mapped to the normal scale as the authors'
+    ``analyse.py`` scores them (``factor_score_cdf``); None for any other prior."""
+    from types import SimpleNamespace
+
+    if control.authors_settings.get("prior") == "StudentT":
+        return SimpleNamespace(prior="student-t", df=float(control.authors_settings["df"]))
+    return None
+
+
 def score(control: Control, seed: int, training: Any, classes: tuple[Any, ...]) -> dict[str, float]:
     """The campaign's final figures of the scoring for their trained model."""
     import torch
@@ -655,7 +667,7 @@ def score(control: Control, seed: int, training: Any, classes: tuple[Any, ...]) 
         from experiments.campaign import DSpritesScoring
 
         with torch.no_grad():
-            return DSpritesScoring(run, None).score(training.encoder().eval())
+            return DSpritesScoring(run, scoring_settings(control)).score(training.encoder().eval())
     from experiments.held_out import held_out_accuracy
 
     training.model.load_state_dict(training.best_weights)

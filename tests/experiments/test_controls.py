@@ -206,3 +206,13 @@ def test_the_mnist_curve_stops_after_patience_points_without_improvement_and_kee
         assert (training.stopped_at is not None) == (step == 7000)
     assert training.best == {"step": 2000, "accuracy": 0.6}
     assert training.best_weights["weight"].item() == 2000
+
+
+def test_the_student_t_control_is_also_scored_on_the_authors_cdf_mapped_codes():
+    from experiments.campaign import DSpritesScoring
+
+    student_t = controls.CONTROLS["decomposition-dsprites-student-t"]
+    isotropic = controls.CONTROLS["decomposition-dsprites-isotropic"]
+
+    assert DSpritesScoring(student_t.campaign_run(0), controls.scoring_settings(student_t)).student_t_df == 9.0
+    assert DSpritesScoring(isotropic.campaign_run(0), controls.scoring_settings(isotropic)).student_t_df is None
