@@ -17,10 +17,12 @@ The presets :func:`beta_vae`, :func:`annealed_beta_vae`, :func:`factor_vae`,
 :func:`beta_tcvae`, :func:`dip_vae` and :func:`info_vae` return the objectives. The batch-level
 quantities (the aggregate posterior's density and covariance, the permutations) are taken over
 the global batch under data parallelism (the ``global_batch`` of
-:class:`~ppl_vae.infer.TermSites`).
+:class:`~ppl_vae.infer.TermSites`), and within each particle's batch under Pyro's
+``vectorize_particles`` (the value the mean over particles, as sequential particles give it).
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -54,13 +56,21 @@ __all__ = [
 ESTIMATORS = ("mws", "mss")
 
 
-def _flat_gaussian(sites: TermSites, site: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(z, loc, scale)``, each ``(B, D)``: the guide's sample of a diagonal Gaussian site and its parameters."""
+def _particle_gaussian(sites: TermSites, site: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(z, loc, scale)``, each ``(P, B, D)``: the guide's sample of a diagonal Gaussian site and
+    its parameters, one batch per particle (P the particles drawn at once under Pyro's
+    ``vectorize_particles``, the dimensions left of the batch's; P = 1 without them), so that a
+    batch-level quantity is taken within each particle's batch, never across particles."""
     guide_site = sites.guide_site(site)
     loc, scale = diagonal_normal_parameters(guide_site["fn"], site)
     z = guide_site["value"]
-    dim = z.shape[-1]
-    return z.reshape(-1, dim), loc.expand_as(z).reshape(-1, dim), scale.expand_as(z).reshape(-1, dim)
+    batch = (-1, *z.shape[-2:]) if z.dim() >= 2 else (1, 1, z.shape[-1])
+    return z.reshape(batch), loc.expand_as(z).reshape(batch), scale.expand_as(z).reshape(batch)
+
+
+def _gather_batches(global_batch: GlobalBatch, tensor: torch.Tensor) -> torch.Tensor:
+    """Each particle's rows of the global batch: ``(P, B, ...)`` -> ``(P, M, ...)``."""
+    return global_batch.all_gather(tensor.transpose(0, 1)).transpose(0, 1)
 
 
 def log_importance_weights(
@@ -159,21 +169,22 @@ class KLDecomposition(Term):
         "total_correlation": TC, "dimension_kl": KL})``.
 
         :param sites: what the term reads for one particle."""
-        z, loc, scale = _flat_gaussian(sites, self.site)
-        gather = sites.global_batch.all_gather
-        every_loc, every_scale = gather(loc), gather(scale)
-        log_pairs = Normal(every_loc, every_scale).log_prob(z.unsqueeze(1))  # (B, M, D): log q(z_id | x_jd)
+        z, loc, scale = _particle_gaussian(sites, self.site)  # (P, B, D)
+        particles, rows = z.shape[:2]
+        every_loc, every_scale = (_gather_batches(sites.global_batch, t) for t in (loc, scale))  # (P, M, D)
+        # log q(z_pid | x_pjd), (P, B, M, D)
+        log_pairs = Normal(every_loc.unsqueeze(1), every_scale.unsqueeze(1)).log_prob(z.unsqueeze(2))
         log_weights = log_importance_weights(
-            every_loc.shape[0], self.data_size, self.estimator, sites.global_batch, z.shape[0]
+            every_loc.shape[1], self.data_size, self.estimator, sites.global_batch, rows
         ).to(z)
-        log_q = torch.logsumexp(log_weights + log_pairs.sum(-1), dim=1)
-        log_q_marginals = torch.logsumexp(log_weights.unsqueeze(-1) + log_pairs, dim=1).sum(-1)
+        log_q = torch.logsumexp(log_weights + log_pairs.sum(-1), dim=-1)  # (P, B)
+        log_q_marginals = torch.logsumexp(log_weights.unsqueeze(-1) + log_pairs, dim=-2).sum(-1)
         log_q_given_x = Normal(loc, scale).log_prob(z).sum(-1)
         prior = sites.model_site(self.site)["fn"]
-        log_p = prior.log_prob(sites.guide_site(self.site)["value"]).reshape(-1)
+        log_p = prior.log_prob(sites.guide_site(self.site)["value"]).reshape(particles, rows)
 
-        def mean(per_point: torch.Tensor) -> torch.Tensor:
-            return gather(per_point).mean()
+        def mean(per_point: torch.Tensor) -> torch.Tensor:  # over the global batch and the particles
+            return _gather_batches(sites.global_batch, per_point).mean()
 
         mutual_information = mean(log_q_given_x - log_q)
         total_correlation = mean(log_q - log_q_marginals)
@@ -236,25 +247,27 @@ class DIPCovariance(Term):
         self.kind = choice("kind", kind, ("i", "ii"))
 
     def covariance(self, sites: TermSites) -> torch.Tensor:
-        """C ``(D, D)`` of the class docstring, over the global batch.
+        """C ``(P, D, D)`` of the class docstring over the global batch, one per particle (P the
+        particles drawn at once under ``vectorize_particles``, else 1).
 
         :param sites: what the term reads for one particle."""
-        _, loc, scale = _flat_gaussian(sites, self.site)
-        every_loc = sites.global_batch.all_gather(loc)
-        centred = every_loc - every_loc.mean(0)
-        covariance = centred.T @ centred / every_loc.shape[0]
+        _, loc, scale = _particle_gaussian(sites, self.site)
+        every_loc = _gather_batches(sites.global_batch, loc)  # (P, M, D)
+        centred = every_loc - every_loc.mean(1, keepdim=True)
+        covariance = centred.transpose(-2, -1) @ centred / every_loc.shape[1]
         if self.kind == "ii":
-            covariance = covariance + torch.diag(sites.global_batch.all_gather(scale.pow(2)).mean(0))
+            covariance = covariance + torch.diag_embed(_gather_batches(sites.global_batch, scale.pow(2)).mean(1))
         return covariance
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(lambda_od off + lambda_d diag, {"off_diagonal": off, "diagonal": diag})``.
+        """``(lambda_od off + lambda_d diag, {"off_diagonal": off, "diagonal": diag})``, each the
+        mean over particles.
 
         :param sites: what the term reads for one particle."""
         covariance = self.covariance(sites)
-        diagonal = torch.diagonal(covariance)
-        off_diagonal = (covariance - torch.diag(diagonal)).pow(2).sum()
-        on_diagonal = (diagonal - 1).pow(2).sum()
+        diagonal = torch.diagonal(covariance, dim1=-2, dim2=-1)
+        off_diagonal = (covariance - torch.diag_embed(diagonal)).pow(2).sum((-2, -1)).mean()
+        on_diagonal = (diagonal - 1).pow(2).sum(-1).mean()
         value = self.lambda_od * off_diagonal + self.lambda_d * on_diagonal
         return value, {"off_diagonal": off_diagonal, "diagonal": on_diagonal}
 
@@ -364,10 +377,13 @@ def factor_vae(gamma: float, site: str = "z", extra_terms: Sequence[Term] = (), 
     :param gamma: weight gamma (the paper's dSprites range is 10 to 100).
     :param site: the latent site.
     :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
-    :param kwargs: passed to :class:`FactorTotalCorrelation` (``discriminator``,
+    :param kwargs: those of :class:`FactorTotalCorrelation` go to the term (``discriminator``,
         ``discriminator_hidden``, ``discriminator_lr``, ``discriminator_betas``, ``input_dim``,
-        ``guide_arguments``)."""
-    return MeanFieldELBO(terms=[FactorTotalCorrelation(site, gamma, **kwargs), *extra_terms])
+        ``guide_arguments``, ``name``), the others to :class:`~ppl_vae.infer.MeanFieldELBO`
+        (``num_particles``, ``vectorize_particles``, ``max_plate_nesting``)."""
+    term_arguments = inspect.signature(FactorTotalCorrelation).parameters
+    term = FactorTotalCorrelation(site, gamma, **{k: v for k, v in kwargs.items() if k in term_arguments})
+    return MeanFieldELBO(terms=[term, *extra_terms], **{k: v for k, v in kwargs.items() if k not in term_arguments})
 
 
 def beta_tcvae(
@@ -378,6 +394,7 @@ def beta_tcvae(
     gamma: float = 1.0,
     estimator: str = "mws",
     extra_terms: Sequence[Term] = (),
+    **kwargs: Any,
 ) -> MeanFieldELBO:
     r"""beta-TCVAE (Chen et al. 2018, Eq. 4): the reconstruction minus alpha MI, beta TC and
     gamma dimension-wise KL, one :class:`KLDecomposition` term replacing the site's KL.
@@ -388,12 +405,14 @@ def beta_tcvae(
     :param alpha: weight of the index-code mutual information.
     :param gamma: weight of the dimension-wise KL.
     :param estimator: ``"mws"`` (the paper's default) or ``"mss"``.
-    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`."""
-    return MeanFieldELBO(terms=[KLDecomposition(site, data_size, alpha, beta, gamma, estimator), *extra_terms])
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
+    :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``)."""
+    return MeanFieldELBO(terms=[KLDecomposition(site, data_size, alpha, beta, gamma, estimator), *extra_terms], **kwargs)
 
 
 def dip_vae(
-    kind: str, lambda_od: float, lambda_d: float | None = None, site: str = "z", extra_terms: Sequence[Term] = ()
+    kind: str, lambda_od: float, lambda_d: float | None = None, site: str = "z", extra_terms: Sequence[Term] = (),
+    **kwargs: Any,
 ) -> MeanFieldELBO:
     r"""DIP-VAE-I or -II (Kumar et al. 2018, Eqs. 6 and 7): the ELBO minus the
     :class:`DIPCovariance` penalty.
@@ -403,11 +422,12 @@ def dip_vae(
     :param lambda_d: weight of the diagonal; ``None`` takes the paper's: ``10 lambda_od`` for
         DIP-VAE-I, ``lambda_od`` for DIP-VAE-II.
     :param site: the latent site.
-    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`."""
+    :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
+    :param kwargs: passed to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``)."""
     choice("kind", kind, ("i", "ii"))
     if lambda_d is None:
         lambda_d = finite("lambda_od", lambda_od, low=0) * (10.0 if kind == "i" else 1.0)
-    return MeanFieldELBO(terms=[DIPCovariance(site, lambda_od, lambda_d, kind), *extra_terms])
+    return MeanFieldELBO(terms=[DIPCovariance(site, lambda_od, lambda_d, kind), *extra_terms], **kwargs)
 
 
 def info_vae(
@@ -427,9 +447,14 @@ def info_vae(
     :param alpha: alpha <= 1.
     :param site: the latent site.
     :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
-    :param kwargs: passed to :class:`~ppl_vae.infer.AggregateDivergence` (``length_scales``)."""
+    :param kwargs: those of :class:`~ppl_vae.infer.AggregateDivergence` go to the term
+        (``length_scales``), the others to :class:`~ppl_vae.infer.MeanFieldELBO` (``num_particles``)."""
     alpha = finite("alpha", alpha, high=1, closed=True)
     weight = alpha + finite("lambda_", lambda_, positive=True) - 1
     if weight < 0:
         raise ValueError(f"InfoVAE needs alpha + lambda_ >= 1 (the MMD's weight), got alpha={alpha}, lambda_={lambda_}")
-    return MeanFieldELBO(beta=1.0 - alpha, terms=[AggregateDivergence(site, weight, "mmd", name=f"mmd_{site}", **kwargs), *extra_terms])
+    term_arguments = inspect.signature(AggregateDivergence).parameters
+    term = AggregateDivergence(site, weight, "mmd", name=f"mmd_{site}",
+                               **{k: v for k, v in kwargs.items() if k in term_arguments})
+    return MeanFieldELBO(beta=1.0 - alpha, terms=[term, *extra_terms],
+                         **{k: v for k, v in kwargs.items() if k not in term_arguments})

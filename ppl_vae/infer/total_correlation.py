@@ -66,6 +66,15 @@ def permute_factors(v: torch.Tensor, widths: Sequence[int], global_batch: Global
     return torch.cat(pieces, dim=-1)
 
 
+def last_particle(sample: torch.Tensor) -> torch.Tensor:
+    """The last particle's ``(B, D)`` batch of a site's sample: ``sample`` itself, or the last
+    of the particles that Pyro's ``vectorize_particles`` draws at once (the dimensions left of
+    the batch's).
+
+    :param sample: ``(B, D)`` or ``(..., B, D)``."""
+    return sample.reshape(-1, *sample.shape[-2:])[-1] if sample.dim() > 2 else sample
+
+
 def density_ratio_loss(
     discriminator: nn.Module, v: torch.Tensor, widths: Sequence[int], global_batch: GlobalBatch = LOCAL_BATCH
 ) -> torch.Tensor:
@@ -180,13 +189,15 @@ class DensityRatioTotalCorrelation(Term):
 
     def step_arguments(self, sites: TermSites) -> dict[str, dict[str, Any]]:
         """``{"discriminator": {<sample argument>: sample, ..., "global_batch": ...}}``: the ELBO
-        step's samples, detached, and the global batch they belong to, for the discriminator
-        step; none when the weight is 0 (no step).
+        step's samples ``(B, D_k)``, detached (of its last particle, also among particles
+        vectorised), and the global batch they belong to, for the discriminator step; none
+        when the weight is 0 (no step).
 
         :param sites: what the term read for the ELBO step's (last) particle."""
         if self.weight == 0:
             return {}
-        samples = {argument: sample.detach() for argument, sample in zip(self.sample_arguments, self.samples(sites), strict=True)}
+        samples = {argument: last_particle(sample).detach()
+                   for argument, sample in zip(self.sample_arguments, self.samples(sites), strict=True)}
         return {self.STEP: {**samples, "global_batch": sites.global_batch}}
 
     def auxiliary_modules(self) -> dict[str, nn.Module]:

@@ -4,6 +4,7 @@ independent computation from the paper's equation, and the published code's form
 (rtqichen/beta-tcvae's ``vae_quant.py`` and ``elbo_decomposition.py``, disentanglement_lib's
 ``methods/unsupervised/vae.py``); every preset trains on a library VAE and on a user's own model."""
 import math
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -57,6 +58,25 @@ def term_sites(loc: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor) -> T
     def model():
         with pyro.plate("data", loc.shape[0]):
             pyro.sample("z", dist.Normal(torch.zeros_like(loc), 1.0).to_event(1), obs=z)
+
+    guide_trace = poutine.trace(guide).get_trace()
+    model_trace = poutine.trace(model).get_trace()
+    return TermSites(guide_trace, {k: v for k, v in model_trace.nodes.items() if v["type"] == "sample"}, None, guide)
+
+
+def vectorized_term_sites(loc: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor) -> TermSites:
+    """:func:`term_sites` of P particles drawn at once, as Pyro's ``vectorize_particles`` draws
+    them: ``noise (P, B, D)``, ``loc`` and ``scale`` ``(B, D)`` or one per particle
+    ``(P, B, D)``, the particles in a plate left of the data plate."""
+    z = loc + scale * noise
+
+    def guide():
+        with pyro.plate("particles", noise.shape[0], dim=-2), pyro.plate("data", noise.shape[1], dim=-1):
+            pyro.sample("z", dist.Normal(loc, scale).to_event(1), obs=z)
+
+    def model():
+        with pyro.plate("particles", noise.shape[0], dim=-2), pyro.plate("data", noise.shape[1], dim=-1):
+            pyro.sample("z", dist.Normal(torch.zeros_like(z), 1.0).to_event(1), obs=z)
 
     guide_trace = poutine.trace(guide).get_trace()
     model_trace = poutine.trace(model).get_trace()
@@ -379,17 +399,17 @@ class UsersModel(nn.Module):
             pyro.sample("code", dist.Normal(loc, log_scale.exp()).to_event(1))
 
 
-def on_site(name: str, site: str) -> MeanFieldELBO:
-    """The preset ``name`` on the latent site ``site``."""
+def on_site(name: str, site: str, **elbo: Any) -> MeanFieldELBO:
+    """The preset ``name`` on the latent site ``site``, with the ELBO's settings ``elbo``."""
     return {
-        "beta_vae": lambda: beta_vae(4.0),
-        "annealed_beta_vae": lambda: annealed_beta_vae(100.0, LinearCapacity(0, 5, 10), site=site),
-        "factor_vae": lambda: factor_vae(10.0, site=site, discriminator_hidden=(16,)),
-        "beta_tcvae_mws": lambda: beta_tcvae(64, 6.0, site=site),
-        "beta_tcvae_mss": lambda: beta_tcvae(64, 6.0, site=site, estimator="mss"),
-        "dip_vae_i": lambda: dip_vae("i", 10.0, site=site),
-        "dip_vae_ii": lambda: dip_vae("ii", 10.0, site=site),
-        "info_vae": lambda: info_vae(100.0, site=site),
+        "beta_vae": lambda: beta_vae(4.0, **elbo),
+        "annealed_beta_vae": lambda: annealed_beta_vae(100.0, LinearCapacity(0, 5, 10), site=site, **elbo),
+        "factor_vae": lambda: factor_vae(10.0, site=site, discriminator_hidden=(16,), **elbo),
+        "beta_tcvae_mws": lambda: beta_tcvae(64, 6.0, site=site, **elbo),
+        "beta_tcvae_mss": lambda: beta_tcvae(64, 6.0, site=site, estimator="mss", **elbo),
+        "dip_vae_i": lambda: dip_vae("i", 10.0, site=site, **elbo),
+        "dip_vae_ii": lambda: dip_vae("ii", 10.0, site=site, **elbo),
+        "info_vae": lambda: info_vae(100.0, site=site, **elbo),
     }[name]()
 
 
@@ -459,3 +479,68 @@ def test_presets_compose_with_further_terms_on_one_model():
     history = train(UsersModel(), objective, torch.randn(64, 5))
     assert {"kl_decomposition_code", "dip", "dip/off_diagonal"} <= set(history[-1])
     assert all(torch.isfinite(values["elbo_loss"]) for values in history)
+
+
+PARTICLE_TERMS = {
+    "beta_tcvae_mws": lambda: KLDecomposition("z", N, alpha=0.5, beta=6.0, gamma=2.0, estimator="mws"),
+    "beta_tcvae_mss": lambda: KLDecomposition("z", N, alpha=0.5, beta=6.0, gamma=2.0, estimator="mss"),
+    "dip_vae_i": lambda: DIPCovariance("z", lambda_od=2.0, lambda_d=20.0, kind="i"),
+    "dip_vae_ii": lambda: DIPCovariance("z", lambda_od=2.0, lambda_d=20.0, kind="ii"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARTICLE_TERMS))
+@pytest.mark.parametrize("per_particle_encoder", [False, True], ids=["shared_encoder", "per_particle_encoder"])
+def test_a_batch_term_over_vectorized_particles_is_the_mean_of_its_value_on_each_particle(name, per_particle_encoder):
+    """Under ``vectorize_particles`` a term sees P particles at once; each particle's batch is
+    its own batch (the aggregate posterior, its covariance and the stratified weights are taken
+    within a particle, never across particles), and the value is the mean over particles, as
+    sequential particles give it."""
+    term, particles = PARTICLE_TERMS[name](), 3
+    generator = torch.Generator().manual_seed(7)
+    shape = (particles, B, D) if per_particle_encoder else (B, D)
+    loc = torch.randn(shape, generator=generator, dtype=torch.float64).requires_grad_()
+    scale = (0.3 + torch.rand(shape, generator=generator, dtype=torch.float64)).requires_grad_()
+    noise = torch.randn(particles, B, D, generator=generator, dtype=torch.float64)
+
+    value, parts = term.evaluate(vectorized_term_sites(loc, scale, noise))
+    each = [term.evaluate(term_sites(loc[p] if per_particle_encoder else loc,
+                                     scale[p] if per_particle_encoder else scale, noise[p]))
+            for p in range(particles)]
+
+    assert_same_value_and_gradient(value, torch.stack([v for v, _ in each]).mean(), loc, scale)
+    for part in parts:
+        assert_same_value_and_gradient(parts[part], torch.stack([p[part] for _, p in each]).mean(), loc, scale)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_each_preset_trains_a_users_model_with_vectorized_particles(name):
+    torch.manual_seed(0)
+    model = UsersModel()
+    objective = on_site(name, "code", num_particles=3, vectorize_particles=True, max_plate_nesting=1)
+    history = train(model, objective, torch.randn(64, 5))
+    assert all(torch.isfinite(values["elbo_loss"]) for values in history)
+
+
+class RecordingUsersModel(UsersModel):
+    """:class:`UsersModel` whose guide keeps its last draw of "code"."""
+
+    def guide(self, x: torch.Tensor) -> None:
+        pyro.module("encoder", self.encoder)
+        loc, log_scale = self.encoder(x).chunk(2, dim=-1)
+        with pyro.plate("points", x.shape[0]):
+            self.drawn = pyro.sample("code", dist.Normal(loc, log_scale.exp()).to_event(1))
+
+
+def test_factor_discriminator_trains_on_the_last_particles_batch_under_vectorized_particles():
+    """The discriminator step takes one batch of joint samples (B, D), as after sequential
+    particles: the last of the vectorised particles, whose rows it permutes."""
+    torch.manual_seed(0)
+    model = RecordingUsersModel()
+    objective = factor_vae(gamma=10.0, site="code", discriminator_hidden=(16,), num_particles=3,
+                           vectorize_particles=True, max_plate_nesting=1)
+
+    result = objective.training_loss(model.model, model.guide, x=torch.randn(16, 5), step=0)
+
+    assert model.drawn.shape == (3, 16, 2)
+    torch.testing.assert_close(result.step_arguments["discriminator"]["sample"], model.drawn[-1].detach())
