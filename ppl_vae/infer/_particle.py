@@ -29,7 +29,7 @@ from torch import nn
 
 from ppl_vae._validation import require
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
-from ppl_vae.infer.terms import Term, TermSites, closed_form_kl
+from ppl_vae.infer.terms import OWN_MASK, Term, TermSites, closed_form_kl
 
 
 def model_module(model: Callable) -> nn.Module | None:
@@ -74,6 +74,8 @@ class MaskSites(Messenger):
 
     def _process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "sample" and msg["name"] in self.names:
+            if msg["mask"] is not None:  # the site's own mask, for the terms (terms.unmasked)
+                msg["infer"] = {**msg["infer"], OWN_MASK: msg["mask"]}
             msg["fn"], msg["mask"] = MaskedDistribution(msg["fn"], False), False
 
 

@@ -32,6 +32,11 @@ Batch-level quantities (a minibatch-average KL inside ``|.|``, the aggregate q(c
 aggregate posterior) are taken over the global batch under data parallelism
 (the ``global_batch`` of :class:`TermSites`; the identity on one process).
 
+A site the model or guide masks (``poutine.mask``) keeps its mask for the terms: the capacity
+averages its KL over the unmasked points and counts them alone in N, as the ELBO's KL does; a
+term that averages over the batch without weighing points refuses a masked site
+(:class:`MaskedSiteError`, naming the site) rather than count the points the model masks out.
+
 Example: a capacity on the contrastive VAE's shared latent, and the aggregate MMD on
 PartedVAE's z::
 
@@ -79,19 +84,48 @@ def closed_form_kl(guide_fn: dist.Distribution, model_fn: dist.Distribution) -> 
         return None
 
 
+#: The key of a replaced site's ``site["infer"]`` under which
+#: :class:`~ppl_vae.infer._particle.MaskSites` keeps the mask the site had from the model's or
+#: guide's own ``poutine.mask`` (absent: none), for :func:`unmasked` to give back.
+OWN_MASK = "ppl_vae_own_mask"
+
+
 def site_points(site: dict) -> torch.Tensor | float:
     """The number of data points a site's minibatch stands for: its batch size times its scale
     (the data plate's ``N / B``), i.e. B, or N when the model scales its plate."""
     return site["fn"].batch_shape.numel() * site["scale"]
 
 
+def is_masked(site: dict) -> bool:
+    """Whether a site as the model or guide wrote it (:func:`unmasked`) carries a mask of its
+    own (``poutine.mask`` with anything but True)."""
+    return site["mask"] is not None and site["mask"] is not True
+
+
+def mask_weights(site: dict, values: torch.Tensor) -> torch.Tensor:
+    """The site's own mask as 0/1 weights of ``values`` (its per-point values, the site's batch
+    shape): ones where the site is unmasked.
+
+    :param site: a site as the model or guide wrote it (:func:`unmasked`).
+    :param values: per-point values ``(batch shape)``."""
+    if not is_masked(site):
+        return torch.ones_like(values)
+    return torch.as_tensor(site["mask"], device=values.device).expand(values.shape).to(values.dtype)
+
+
 def unmasked(site: dict) -> dict:
     """A site as the model or guide wrote it: for a site an objective masks out because a term
     replaces it (``mask=False``, its ``fn`` wrapped in a ``MaskedDistribution`` so that Pyro's
-    scoring never evaluates it), the same site with the distribution it was drawn from."""
+    scoring never evaluates it), the same site with the distribution it was drawn from and the
+    mask it had of its own (``None`` for none)."""
     if site["mask"] is False and isinstance(site["fn"], dist.MaskedDistribution):
-        return {**site, "fn": site["fn"].base_dist}
+        return {**site, "fn": site["fn"].base_dist, "mask": site["infer"].get(OWN_MASK)}
     return site
+
+
+class MaskedSiteError(ValueError):
+    """A term that averages over the batch without weighing points by a mask was given a site
+    that the model or guide masks (``poutine.mask``)."""
 
 
 @dataclass(frozen=True)
@@ -140,32 +174,51 @@ class TermSites:
             )
         return schedule(self.step)
 
-    def model_site(self, name: str) -> dict:
+    def model_site(self, name: str, masked: bool = False) -> dict:
         """The model's sample site ``name`` as the model wrote it (a site an objective masks out
-        because a term replaces it comes with the distribution it was drawn from, not its
-        ``MaskedDistribution``); a ``ValueError`` naming it if the model has none.
+        because a term replaces it comes with the distribution it was drawn from and its own
+        mask, not its ``MaskedDistribution``); a ``ValueError`` naming it if the model has none.
 
-        :param name: the site's name."""
+        :param name: the site's name.
+        :param masked: whether the caller weighs points by the site's own mask (its ``"mask"``);
+            otherwise a masked site is refused (:class:`MaskedSiteError`), so that no term
+            averages over points the model masks out."""
         if name not in self.model_sites:
             raise ValueError(f"the model has no sample site {name!r}; its sites are {sorted(self.model_sites)}")
-        return unmasked(self.model_sites[name])
+        return self._checked(unmasked(self.model_sites[name]), "model", masked)
 
-    def guide_site(self, name: str) -> dict:
+    def guide_site(self, name: str, masked: bool = False) -> dict:
         """The guide's sample site ``name`` as the guide wrote it (a site an objective masks out
-        because a term replaces it comes with the distribution it was drawn from, not its
-        ``MaskedDistribution``); a ``ValueError`` naming it if the guide has none.
+        because a term replaces it comes with the distribution it was drawn from and its own
+        mask, not its ``MaskedDistribution``); a ``ValueError`` naming it if the guide has none.
 
-        :param name: the site's name."""
+        :param name: the site's name.
+        :param masked: as :meth:`model_site`'s."""
         if name not in self.guide_trace.nodes or self.guide_trace.nodes[name]["type"] != "sample":
             raise ValueError(f"the guide has no sample site {name!r}")
-        return unmasked(self.guide_trace.nodes[name])
+        return self._checked(unmasked(self.guide_trace.nodes[name]), "guide", masked)
 
-    def num_points(self, name: str) -> torch.Tensor | float:
+    @staticmethod
+    def _checked(site: dict, where: str, masked: bool) -> dict:
+        if is_masked(site) and not masked:
+            raise MaskedSiteError(
+                f"the {where}'s site {site['name']!r} is masked (poutine.mask), and this term averages over the "
+                "batch without weighing points by a mask; mask the observations instead, or use a term that "
+                "takes masks (Capacity)"
+            )
+        return site
+
+    def num_points(self, name: str, masked: bool = False) -> torch.Tensor | float:
         """N for the model site ``name``: its batch size times its scale (the data plate's
-        ``N / B``), i.e. B, or the data-set size when the model scales its plate.
+        ``N / B``), i.e. B, or the data-set size when the model scales its plate; with
+        ``masked``, its unmasked points times its scale.
 
-        :param name: the model's sample site."""
-        return site_points(self.model_site(name))
+        :param name: the model's sample site.
+        :param masked: as :meth:`model_site`'s."""
+        site = self.model_site(name, masked)
+        if not is_masked(site):
+            return site_points(site)
+        return mask_weights(site, torch.zeros(site["fn"].batch_shape)).sum() * site["scale"]
 
 
 class Term:
@@ -262,22 +315,24 @@ class Capacity(Term):
         self.capacity = capacity
 
     def evaluate(self, sites: TermSites) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean.
+        """``(|KL - C(t)|, {"kl": KL, "target": C(t)})``, KL the (global) batch mean over the
+        points the guide's site does not mask (``poutine.mask``), as the ELBO's KL counts them.
 
         :param sites: what the term reads for one particle."""
-        guide_site, model_site = sites.guide_site(self.site), sites.model_site(self.site)
+        guide_site, model_site = sites.guide_site(self.site, masked=True), sites.model_site(self.site, masked=True)
         kl = closed_form_kl(guide_site["fn"], model_site["fn"])
         if kl is None:
             kl = guide_site["fn"].log_prob(guide_site["value"]) - model_site["fn"].log_prob(guide_site["value"])
-        kl = sites.global_batch.all_gather(kl).mean()
+        gather, weights = sites.global_batch.all_gather, mask_weights(guide_site, kl)
+        kl = gather(kl * weights).sum() / gather(weights).sum().clamp(min=1)
         target = torch.as_tensor(sites.at_step(self.capacity, self.name), dtype=kl.dtype, device=kl.device)
         return (kl - target).abs(), {"kl": kl, "target": target}
 
     def num_points(self, sites: TermSites) -> torch.Tensor | float:
-        """N of the latent site.
+        """N of the latent site, its unmasked points where the model masks it.
 
         :param sites: what the term reads for one particle."""
-        return sites.num_points(self.site)
+        return sites.num_points(self.site, masked=True)
 
     def replaced_sites(self, module: nn.Module | None) -> tuple[str, ...]:
         """The latent site, whose KL this term replaces.

@@ -66,3 +66,44 @@ def test_a_terms_logged_value_stays_per_point_under_scaling_and_vectorized_parti
         elbo = MeanFieldELBO(terms=[Capacity("z", gamma=2.0, capacity=LinearCapacity(0.0, 0.0, 10))], **settings)
         elbo.differentiable_loss(model, guide, scale=scale, step=0)
         torch.testing.assert_close(elbo.logged["capacity_z/kl"], expected.detach())
+
+
+MASK = torch.tensor([True, False, True, True, False, True, True, True, False, True])
+
+
+def masked_model(mask: torch.Tensor) -> None:
+    with pyro.plate("data", 10), poutine.mask(mask=mask):
+        z = pyro.sample("z", dist.Normal(torch.zeros(10, 2), 1.0).to_event(1))
+        pyro.sample("x", dist.Normal(z, 0.5).to_event(1), obs=DATA)
+
+
+def masked_guide(mask: torch.Tensor) -> None:
+    loc = pyro.param("loc", torch.linspace(-1, 1, 20).reshape(10, 2))
+    with pyro.plate("data", 10), poutine.mask(mask=mask):
+        pyro.sample("z", dist.Normal(loc, 0.4).to_event(1))
+
+
+@pytest.mark.parametrize("settings", ["one_particle", "vectorized_particles"])
+def test_a_capacity_counts_only_the_points_a_users_mask_keeps_as_the_kl_it_replaces(settings):
+    """With C(t) = 0 the capacity is the masked points' KL, which Pyro's ELBO counts: the
+    objective is Pyro's exactly, and the logged KL is the mean over the unmasked points."""
+    masked_guide(MASK)
+    capacity = Capacity("z", gamma=1.0, capacity=LinearCapacity(0.0, 0.0, 10))
+    ours = MeanFieldELBO(terms=[capacity], **SETTINGS[settings])
+    pyro.set_rng_seed(11)
+    loss = ours.differentiable_loss(masked_model, masked_guide, MASK, step=0)
+    pyro.set_rng_seed(11)
+    expected = TraceMeanField_ELBO(**SETTINGS[settings]).differentiable_loss(masked_model, masked_guide, MASK)
+    torch.testing.assert_close(loss, expected)
+    kls = torch.distributions.kl_divergence(dist.Normal(pyro.param("loc"), 0.4).to_event(1),
+                                            dist.Normal(torch.zeros(10, 2), 1.0).to_event(1))
+    torch.testing.assert_close(ours.logged["capacity_z/kl"], kls[MASK].mean().detach())
+
+
+def test_a_term_that_takes_no_mask_refuses_a_masked_site_by_name():
+    from ppl_vae.infer import KLDecomposition
+
+    masked_guide(MASK)
+    elbo = MeanFieldELBO(terms=[KLDecomposition("z", data_size=10)])
+    with pytest.raises(ValueError, match="the guide's site 'z' is masked \\(poutine.mask\\)"):
+        elbo.differentiable_loss(masked_model, masked_guide, MASK)
