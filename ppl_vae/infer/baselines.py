@@ -311,13 +311,13 @@ class FactorTotalCorrelation(DensityRatioTotalCorrelation):
     :param discriminator_hidden: widths of the MLP discriminator's hidden layers.
     :param discriminator_lr: learning rate of the discriminator step (``None``: the engine's;
         disentanglement_lib's is 1e-4).
-    :param discriminator_betas: Adam betas of the discriminator step (``None``: the engine's;
-        disentanglement_lib's are (0.5, 0.9)).
     :param input_dim: D; ``None`` reads it from one prior draw of the model
         (``model.model(batch_size=1)``).
     :param guide_arguments: the keyword arguments of the guide that hold the data, for the
         fresh samples of a plain SVI loop's discriminator step.
     :param name: the factor's name.
+    :param discriminator_betas: Adam betas of the discriminator step (``None``: the engine's;
+        disentanglement_lib's are (0.5, 0.9)).
     """
 
     def __init__(

@@ -61,7 +61,7 @@ from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.steps import AuxiliaryStep
 from ppl_vae.schedules import LinearCapacity, LinearSchedule
 
-__all__ = ["Capacity", "Term", "TermSites"]
+__all__ = ["Capacity", "MaskedSiteError", "Term", "TermSites"]
 
 
 def diagonal_normal_parameters(fn: dist.Distribution, site: str) -> tuple[torch.Tensor, torch.Tensor]:
