@@ -36,3 +36,13 @@ FALLBACK = "MNIST could not be loaded through torchvision .*falling back to the 
 def test_the_recipes_let_the_mnist_fallback_warning_through(offline, load):
     with pytest.warns(UserWarning, match=FALLBACK):
         load()
+
+
+def test_pinwheel_gives_the_papers_400_points_or_num_train_points_from_every_arm():
+    import torch
+
+    assert load_training_data("pinwheel", None, seed=0).x.shape == (400, 2)
+    data = load_training_data("pinwheel", 1001, seed=0)
+    assert data.x.shape == (1001, 2) and data.labels.bincount().tolist() == [250, 250, 251, 250]
+    assert torch.equal(load_training_data("pinwheel", 1001, seed=0).x, data.x)
+    assert not torch.equal(load_training_data("pinwheel", 1001, seed=1).x, data.x)

