@@ -11,7 +11,7 @@ the budget.
 Experiments (``CONTROLS``, named after the campaign experiment each controls):
 ``parted-dsprites-unsupervised``, ``parted-dsprites-labels`` (3,686 labels), ``parted-mnist``
 (256 labels) with the PartedVAE checkout; ``decomposition-dsprites-isotropic`` and
-``decomposition-dsprites-student-t`` (df 9, their script's value) with the Decomposition VAE
+``decomposition-dsprites-student-t-df9`` (df 9, their script's value) with the Decomposition VAE
 checkout (the repository root, which holds ``src/``).
 
 The authors' code is imported at run time from the checkout given by ``--authors-code`` (it never
@@ -179,7 +179,7 @@ CONTROLS = {control.experiment: control for control in (
             curve_every=1000),
     Control("decomposition-dsprites-isotropic", "disentangling-disentanglement", "dsprites", 25_000, 737_280 // 64,
             DECOMPOSITION_SETTINGS),
-    Control("decomposition-dsprites-student-t", "disentangling-disentanglement", "dsprites", 25_000, 737_280 // 64,
+    Control("decomposition-dsprites-student-t-df9", "disentangling-disentanglement", "dsprites", 25_000, 737_280 // 64,
             {**DECOMPOSITION_SETTINGS, "prior": "StudentT", "df": 9.0}),
 )}
 

@@ -211,7 +211,7 @@ def test_the_mnist_curve_stops_after_patience_points_without_improvement_and_kee
 def test_the_student_t_control_is_also_scored_on_the_authors_cdf_mapped_codes():
     from experiments.campaign import DSpritesScoring
 
-    student_t = controls.CONTROLS["decomposition-dsprites-student-t"]
+    student_t = controls.CONTROLS["decomposition-dsprites-student-t-df9"]
     isotropic = controls.CONTROLS["decomposition-dsprites-isotropic"]
 
     assert DSpritesScoring(student_t.campaign_run(0), controls.scoring_settings(student_t)).student_t_df == 9.0

@@ -104,3 +104,14 @@ def test_a_row_whose_paper_figure_is_not_recovered_is_shown_not_judged(tables):
                                "not yet decided: the paper's Table 1 figure is not in our copy of the paper; shown, not judged",
                                "Table 1 (not in our copy)", "0.610"]
     assert metrics[1][:2] == ["`vae-dsprites`", "0.610"]
+
+
+def test_a_row_of_our_own_settings_says_why_no_control_applies_instead_of_waiting_for_one(tables):
+    records = {"parted-dsprites-unsupervised-ramped": [_record("parted-dsprites-unsupervised-ramped", s, 0.5)
+                                                       for s in range(3)]}
+    controls = {"parted-dsprites-unsupervised-ramped": [_record("parted-dsprites-unsupervised-ramped", 0, 0.9)]}
+    verdicts, _, _ = markdown_tables(tables.render("parted-dsprites", records, controls))
+    ramped = next(row for row in verdicts if "`parted-dsprites-unsupervised-ramped`" in row[0])
+
+    assert "cause: our setting (ramps 12 times the authors' rate)" in ramped[1] and "no control yet" not in ramped[1]
+    assert ramped[4] == "none applies"
