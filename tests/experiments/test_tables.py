@@ -109,6 +109,8 @@ def test_a_row_whose_paper_figure_is_not_recovered_is_shown_not_judged(tables):
 def test_a_row_of_our_own_settings_says_why_no_control_applies_instead_of_waiting_for_one(tables):
     records = {"parted-dsprites-unsupervised-ramped": [_record("parted-dsprites-unsupervised-ramped", s, 0.5)
                                                        for s in range(3)]}
+    for record in records["parted-dsprites-unsupervised-ramped"]:
+        record["metrics"]["factor_score_parted"] = 0.6
     controls = {"parted-dsprites-unsupervised-ramped": [_record("parted-dsprites-unsupervised-ramped", 0, 0.9)]}
     verdicts, _, _ = markdown_tables(tables.render("parted-dsprites", records, controls))
     ramped = next(row for row in verdicts if "`parted-dsprites-unsupervised-ramped`" in row[0])
