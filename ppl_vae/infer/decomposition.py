@@ -43,11 +43,17 @@ from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
 __all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
 
 
+def _per_particle(tensor: torch.Tensor, batch: int) -> torch.Tensor:
+    """``(..., B, D)`` -> ``(P, B, D)``: one batch per particle (P the particles Pyro's
+    ``vectorize_particles`` draws at once, the dimensions left of the batch's; 1 without)."""
+    return tensor.reshape(-1, batch, tensor.shape[-1])
+
+
 def _prior_draws(prior: dist.Distribution) -> torch.Tensor:
-    """One draw of the model's prior site per data point ``(B, D)``, reparameterised when the
-    prior allows it, so that the divergence's gradient reaches learned prior parameters."""
-    z = prior.rsample() if prior.has_rsample else prior.sample()
-    return z.reshape(-1, z.shape[-1])
+    """One draw of the model's prior site per data point, as the site's value is shaped
+    ``(..., B, D)``, reparameterised when the prior allows it, so that the divergence's
+    gradient reaches learned prior parameters."""
+    return prior.rsample() if prior.has_rsample else prior.sample()
 
 
 class AggregateDivergence(Term):
@@ -122,17 +128,35 @@ class AggregateDivergence(Term):
             raise ValueError(f"aggregate_data is used by the inclusive KL only, got divergence={self.divergence!r}")
         guide_site = sites.guide_site(self.site)
         prior = sites.model_site(self.site)["fn"]
-        prior_z = _prior_draws(prior)
+        value = guide_site["value"]
+        batch = value.shape[-2] if value.dim() >= 2 else 1
+        drawn = _prior_draws(prior)
+        prior_z, posterior_z = _per_particle(drawn, batch), _per_particle(value, batch)  # (P, B, D)
         gather = sites.global_batch.all_gather
         if self.divergence == "mmd":
-            posterior_z = guide_site["value"].reshape(-1, prior_z.shape[-1])
-            return mmd_dimensionwise(gather(posterior_z), gather(prior_z), self.length_scales), {}
-        prior_log_prob = prior.log_prob(prior_z.reshape(prior.shape())).reshape(-1)
+            estimates = [mmd_dimensionwise(gather(posterior), gather(draws), self.length_scales)
+                         for posterior, draws in zip(posterior_z, prior_z, strict=True)]
+            return torch.stack(estimates).mean(), {}
+        prior_log_prob = prior.log_prob(drawn).reshape(prior_z.shape[:2])  # (P, B)
         if aggregate_data is None:
             loc, scale = diagonal_normal_parameters(guide_site["fn"], self.site)
-            loc, scale = gather(loc.reshape(-1, loc.shape[-1])), gather(scale.reshape(-1, scale.shape[-1]))
+            encodings = zip(_per_particle(loc.expand_as(value), batch), _per_particle(scale.expand_as(value), batch),
+                            strict=True)
         else:
-            loc, scale = aggregate_encodings(sites.guide, aggregate_data, self.site, self.chunk_size, prior_z.device)
+            whole = aggregate_encodings(sites.guide, aggregate_data, self.site, self.chunk_size, prior_z.device)
+            encodings = ((whole[0], whole[1]) for _ in range(prior_z.shape[0]))
+        estimates = []
+        for draws, log_prob, (loc, scale) in zip(prior_z, prior_log_prob, encodings, strict=True):
+            if aggregate_data is None:
+                loc, scale = gather(loc), gather(scale)
+            estimates.append(self._inclusive_kl(draws, log_prob, loc, scale, prior, gather))
+        return torch.stack(estimates).mean(), {}
+
+    def _inclusive_kl(self, prior_z: torch.Tensor, prior_log_prob: torch.Tensor, loc: torch.Tensor,
+                      scale: torch.Tensor, prior: dist.Distribution, gather: Callable) -> torch.Tensor:
+        """One particle's ``mean_n [log p(z'_n) - log q(z'_n)]`` (with the score-function term of
+        a prior without ``rsample``), from its prior draws ``(B, D)``, their log-densities
+        ``(B,)`` and the aggregate encoding's ``loc`` and ``scale`` ``(M, D)``."""
         log_ratio = prior_log_prob - aggregate_log_density(prior_z, loc, scale, self.chunk_size)
         estimate = log_ratio.mean()
         if not prior.has_rsample and prior_log_prob.requires_grad:
@@ -141,7 +165,7 @@ class AggregateDivergence(Term):
             if every_draw.shape[0] > 1:
                 baseline = (every_draw.sum() - detached) / (every_draw.shape[0] - 1)
                 estimate = estimate + ((detached - baseline) * (prior_log_prob - prior_log_prob.detach())).mean()
-        return estimate, {}
+        return estimate
 
 
 def aggregate_encodings(
@@ -217,9 +241,9 @@ class DecompositionELBO(MeanFieldELBO):
         ``aggregate_data``.
     :param factor_name: name of the divergence's ``pyro.factor`` site.
     :param extra_terms: further terms of :mod:`ppl_vae.infer.terms`.
-    :param kwargs: passed to :class:`~pyro.infer.TraceMeanField_ELBO` (``num_particles``;
-        ``vectorize_particles`` is not supported: the aggregate posterior is over the data
-        plate).
+    :param kwargs: passed to :class:`~pyro.infer.TraceMeanField_ELBO` (``num_particles``,
+        ``vectorize_particles``: the divergence is then taken within each particle's batch and
+        averaged over particles, as sequential particles give it).
     :raises ValueError: for negative or non-finite ``alpha`` or ``beta``, an unknown
         ``divergence``, a non-positive ``chunk_size``.
 
@@ -252,8 +276,6 @@ class DecompositionELBO(MeanFieldELBO):
         extra_terms: Sequence[Term] = (),
         **kwargs: Any,
     ) -> None:
-        if kwargs.get("vectorize_particles"):
-            raise ValueError("vectorize_particles=True is not supported by DecompositionELBO")
         divergence_term = AggregateDivergence(
             latent, alpha, divergence, length_scales, chunk_size, name=factor_name
         )
