@@ -11,7 +11,13 @@ from ppl_vae.infer import MeanFieldELBO, TrainingIteration
 from ppl_vae.infer.baselines import ESTIMATORS
 from ppl_vae.recipes import RECIPES, SettingError, with_overrides
 from ppl_vae.recipes.configs import TC_ESTIMATORS, VAE_OBJECTIVES, VAEConfig
-from ppl_vae.recipes.vae import FACTOR_DISCRIMINATOR_BETAS, FACTOR_DISCRIMINATOR_LR, build, build_untrained, make_objective
+from ppl_vae.recipes.vae import (
+    FACTOR_DISCRIMINATOR_BETAS,
+    FACTOR_DISCRIMINATOR_LR,
+    build,
+    build_untrained,
+    make_objective,
+)
 from ppl_vae.train import TrainConfig
 
 #: The terms each objective adds to the ELBO, by name.

@@ -470,6 +470,9 @@ class DecompositionEncoder:
         self.model.eval()
         return self
 
+    def parameters(self) -> Any:
+        return self.model.parameters()
+
 
 class DecompositionTraining:
     """The Decomposition VAE authors' model (``models.VAE_dsprites``), AMSGrad optimiser and

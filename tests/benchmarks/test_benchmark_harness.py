@@ -145,3 +145,11 @@ def test_conv_networks_pairs_each_variant_with_the_library_networks_and_parted_w
         assert all(ratio["median"] > 0 for ratio in model["paired_ratio_to_contiguous"].values())
     assert set(result["models"]["parted"]["paired_ratio_to_authors"]) == {"contiguous", "channels_last", "compiled"}
     assert "paired_ratio_to_authors" not in result["models"]["decomposition"]
+
+
+def test_scoring_encode_times_every_chunk_size_of_every_campaign_encoder_and_checks_the_bits(tmp_path):
+    result = run_benchmark("scoring_encode.py", tmp_path / "encode.json", "--quick")
+    assert sorted(result["results"]) == ["decomposition", "parted", "vae"]
+    for rows in result["results"].values():
+        assert {"whole", "chunks of 64"} <= set(rows)
+        assert all(row["median_ms_per_image"] > 0 and row["same_bits_as_whole"] for row in rows.values())

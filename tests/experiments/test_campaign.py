@@ -353,3 +353,25 @@ def test_a_short_row_shows_paper_control_and_ours_and_names_the_cause_of_the_sho
     spread = f"{sum(control) / 2:.3f} +- {abs(control[0] - control[1]) / 2 ** 0.5:.3f}"
     assert f"| **not met**: >= 0.775 over 3 seeds: 0.550; cause: {cause} | 0.775 | 0.550 +- 0.050 | {spread} |" in row
     assert "| no control yet |" in next(line for line in table.splitlines() if "3,686 shape labels" in line)
+
+
+def test_the_scoring_encodes_at_most_64_images_a_call_on_the_cpu_to_the_same_codes(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import campaign
+
+    calls = []
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 3)
+
+        def encode(self, x):
+            calls.append(x.shape[0])
+            return self.linear(x)
+
+    model, x = Encoder(), torch.randn(150, 4)
+    codes = campaign.scoring_encoder(model)(x)
+
+    assert calls == [64, 64, 22]
+    torch.testing.assert_close(codes, model.linear(x), rtol=0, atol=0)

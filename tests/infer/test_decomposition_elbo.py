@@ -330,8 +330,7 @@ def _sites(loc: torch.Tensor, scale: torch.Tensor, noise: torch.Tensor, particle
 def test_the_aggregate_divergence_over_vectorized_particles_is_the_mean_over_each_particles_batch(divergence, monkeypatch):
     """Under ``vectorize_particles`` each particle's samples and prior draws make their own
     aggregate posterior; the value is the mean over particles, as sequential particles give it."""
-    from ppl_vae.infer import AggregateDivergence
-    from ppl_vae.infer import decomposition
+    from ppl_vae.infer import AggregateDivergence, decomposition
 
     particles, batch, dim = 3, 8, 2
     generator = torch.Generator().manual_seed(4)
