@@ -9,8 +9,8 @@ the curve against the training step, one line per seed. The PNG carries the dige
 curves it was drawn from (its ``Description`` text chunk), so ``--check`` tells a figure that
 no longer matches the records without comparing pixels (which move with matplotlib's version).
 A Results page shows the figures of the experiments whose names start with PREFIX between
-``<!-- campaign-figures: PREFIX -->`` and ``<!-- /campaign-figures -->`` (written here too,
-and checked).
+``<!-- campaign-figures: PREFIX -->`` and ``<!-- /campaign-figures -->`` (PREFIX may list
+several, comma-separated; written here too, and checked).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
 FIGURES = ROOT / "docs" / "results" / "figures"
 PAGES = (ROOT / "docs" / "results" / "parted.md", ROOT / "docs" / "results" / "decomposition.md")
-MARKER = re.compile(r"(<!-- campaign-figures: (?P<prefix>[\w-]+) -->\n)(?P<body>.*?)(<!-- /campaign-figures -->)", re.DOTALL)
+MARKER = re.compile(r"(<!-- campaign-figures: (?P<prefix>[\w,-]+) -->\n)(?P<body>.*?)(<!-- /campaign-figures -->)", re.DOTALL)
 
 #: How each curve metric is labelled on a figure.
 LABELS = {
@@ -86,11 +86,12 @@ def drawn_from(path: Path) -> str | None:
 
 
 def with_figures(text: str, experiments: Sequence[str], figures: str) -> str:
-    """``text`` with each figures block listing the figures of its prefix's experiments, as
-    Markdown images under the folder ``figures`` (relative to the page)."""
+    """``text`` with each figures block listing the figures of its prefix's experiments (a
+    comma-separated list of prefixes: those of any), as Markdown images under the folder
+    ``figures`` (relative to the page)."""
 
     def block(match: re.Match) -> str:
-        names = [name for name in experiments if name.startswith(match["prefix"])]
+        names = [name for name in experiments if name.startswith(tuple(match["prefix"].split(",")))]
         images = "".join(f"![{name}: the curve of each seed]({figures}/{name}.png)\n\n" for name in names)
         return match[1] + (images or "No curve recorded yet.\n\n") + match[4]
 

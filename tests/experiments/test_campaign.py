@@ -375,3 +375,14 @@ def test_the_scoring_encodes_at_most_64_images_a_call_on_the_cpu_to_the_same_cod
 
     assert calls == [64, 64, 22]
     torch.testing.assert_close(codes, model.linear(x), rtol=0, atol=0)
+
+
+def test_a_figures_block_may_list_several_prefixes(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import figures
+
+    text = "<!-- campaign-figures: vae-dsprites,dip-vae-i -->\n<!-- /campaign-figures -->\n"
+    written = figures.with_figures(text, ["vae-dsprites", "dip-vae-i-dsprites", "parted-mnist"], "figures")
+
+    assert "figures/vae-dsprites.png" in written and "figures/dip-vae-i-dsprites.png" in written
+    assert "parted-mnist" not in written
