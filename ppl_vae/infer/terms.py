@@ -293,8 +293,9 @@ class Capacity(Term):
     r"""The capacity term :math:`|KL(q(z|x) \| p(z)) - C(t)|` of a latent site (Burgess et al.
     2018; PartedVAE Eq. 6), replacing that site's KL in the ELBO.
 
-    KL is the minibatch (global-batch) average of the per-point KL, analytic where registered,
-    else ``log q - log p`` at the guide's sample. Logs ``<name>/kl`` and ``<name>/target`` (C(t))
+    KL is the minibatch (global-batch) average of the per-point KL over the points the guide's
+    site does not mask (``poutine.mask``), analytic where registered, else ``log q - log p`` at
+    the guide's sample; N counts the unmasked points. Logs ``<name>/kl`` and ``<name>/target`` (C(t))
     beside the term.
 
     :param site: the latent site (in model and guide).
