@@ -343,6 +343,13 @@ class FactorTotalCorrelation(DensityRatioTotalCorrelation):
         return self.sites[0]
 
 
+def _split_arguments(term: type, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(those of kwargs that term's constructor takes, the others)``: a preset's keyword
+    arguments for its term and for :class:`~ppl_vae.infer.MeanFieldELBO`."""
+    taken = inspect.signature(term).parameters
+    return ({k: v for k, v in kwargs.items() if k in taken}, {k: v for k, v in kwargs.items() if k not in taken})
+
+
 def beta_vae(beta: float, extra_terms: Sequence[Term] = (), **kwargs: Any) -> MeanFieldELBO:
     r"""beta-VAE (Higgins et al. 2017, Eq. 4): :math:`E_q[\log p(x \mid z)] - \beta\, KL(q(z \mid x) \| p(z))`,
     ``MeanFieldELBO(beta=beta)``: beta on every latent's KL.
@@ -381,9 +388,8 @@ def factor_vae(gamma: float, site: str = "z", extra_terms: Sequence[Term] = (), 
         ``discriminator_hidden``, ``discriminator_lr``, ``discriminator_betas``, ``input_dim``,
         ``guide_arguments``, ``name``), the others to :class:`~ppl_vae.infer.MeanFieldELBO`
         (``num_particles``, ``vectorize_particles``, ``max_plate_nesting``)."""
-    term_arguments = inspect.signature(FactorTotalCorrelation).parameters
-    term = FactorTotalCorrelation(site, gamma, **{k: v for k, v in kwargs.items() if k in term_arguments})
-    return MeanFieldELBO(terms=[term, *extra_terms], **{k: v for k, v in kwargs.items() if k not in term_arguments})
+    term_kwargs, elbo_kwargs = _split_arguments(FactorTotalCorrelation, kwargs)
+    return MeanFieldELBO(terms=[FactorTotalCorrelation(site, gamma, **term_kwargs), *extra_terms], **elbo_kwargs)
 
 
 def beta_tcvae(
@@ -453,8 +459,6 @@ def info_vae(
     weight = alpha + finite("lambda_", lambda_, positive=True) - 1
     if weight < 0:
         raise ValueError(f"InfoVAE needs alpha + lambda_ >= 1 (the MMD's weight), got alpha={alpha}, lambda_={lambda_}")
-    term_arguments = inspect.signature(AggregateDivergence).parameters
-    term = AggregateDivergence(site, weight, "mmd", name=f"mmd_{site}",
-                               **{k: v for k, v in kwargs.items() if k in term_arguments})
-    return MeanFieldELBO(beta=1.0 - alpha, terms=[term, *extra_terms],
-                         **{k: v for k, v in kwargs.items() if k not in term_arguments})
+    term_kwargs, elbo_kwargs = _split_arguments(AggregateDivergence, kwargs)
+    term = AggregateDivergence(site, weight, "mmd", name=f"mmd_{site}", **term_kwargs)
+    return MeanFieldELBO(beta=1.0 - alpha, terms=[term, *extra_terms], **elbo_kwargs)
