@@ -218,7 +218,7 @@ class TermSites:
         site = self.model_site(name, masked)
         if not is_masked(site):
             return site_points(site)
-        return mask_weights(site, torch.zeros(site["fn"].batch_shape)).sum() * site["scale"]
+        return torch.as_tensor(site["mask"]).expand(site["fn"].batch_shape).sum() * site["scale"]
 
 
 class Term:
