@@ -35,7 +35,7 @@ from ppl_vae._validation import choice, finite, positive_integer, site_name
 from ppl_vae.infer.decomposition import AggregateDivergence
 from ppl_vae.infer.distributed import GlobalBatch
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.terms import Capacity, Term, TermSites, diagonal_normal_parameters
+from ppl_vae.infer.terms import Capacity, Term, TermSites, diagonal_normal_parameters, per_particle
 from ppl_vae.infer.total_correlation import DensityRatioTotalCorrelation
 from ppl_vae.schedules import LinearCapacity
 
@@ -57,15 +57,12 @@ ESTIMATORS = ("mws", "mss")
 
 
 def _particle_gaussian(sites: TermSites, site: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(z, loc, scale)``, each ``(P, B, D)``: the guide's sample of a diagonal Gaussian site and
-    its parameters, one batch per particle (P the particles drawn at once under Pyro's
-    ``vectorize_particles``, the dimensions left of the batch's; P = 1 without them), so that a
-    batch-level quantity is taken within each particle's batch, never across particles."""
+    """``(z, loc, scale)``, each ``(P, B, D)`` (:func:`~ppl_vae.infer.terms.per_particle`): the
+    guide's sample of a diagonal Gaussian site and its parameters, one batch per particle."""
     guide_site = sites.guide_site(site)
     loc, scale = diagonal_normal_parameters(guide_site["fn"], site)
     z = guide_site["value"]
-    batch = (-1, *z.shape[-2:]) if z.dim() >= 2 else (1, 1, z.shape[-1])
-    return z.reshape(batch), loc.expand_as(z).reshape(batch), scale.expand_as(z).reshape(batch)
+    return per_particle(z), per_particle(loc.expand_as(z)), per_particle(scale.expand_as(z))
 
 
 def _gather_batches(global_batch: GlobalBatch, tensor: torch.Tensor) -> torch.Tensor:

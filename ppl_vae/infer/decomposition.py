@@ -38,15 +38,9 @@ from ppl_vae._storage import stored_as_float
 from ppl_vae._validation import choice, positive_integer, site_name
 from ppl_vae.infer.divergences import DEFAULT_MMD_LENGTH_SCALES, aggregate_log_density, mmd_dimensionwise
 from ppl_vae.infer.mean_field import MeanFieldELBO
-from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters
+from ppl_vae.infer.terms import Term, TermSites, diagonal_normal_parameters, per_particle
 
 __all__ = ["DIVERGENCES", "AggregateDivergence", "DecompositionELBO", "aggregate_encodings"]
-
-
-def _per_particle(tensor: torch.Tensor, batch: int) -> torch.Tensor:
-    """``(..., B, D)`` -> ``(P, B, D)``: one batch per particle (P the particles Pyro's
-    ``vectorize_particles`` draws at once, the dimensions left of the batch's; 1 without)."""
-    return tensor.reshape(-1, batch, tensor.shape[-1])
 
 
 def _prior_draws(prior: dist.Distribution) -> torch.Tensor:
@@ -129,9 +123,8 @@ class AggregateDivergence(Term):
         guide_site = sites.guide_site(self.site)
         prior = sites.model_site(self.site)["fn"]
         value = guide_site["value"]
-        batch = value.shape[-2] if value.dim() >= 2 else 1
         drawn = _prior_draws(prior)
-        prior_z, posterior_z = _per_particle(drawn, batch), _per_particle(value, batch)  # (P, B, D)
+        prior_z, posterior_z = per_particle(drawn), per_particle(value)  # (P, B, D)
         gather = sites.global_batch.all_gather
         if self.divergence == "mmd":
             estimates = [mmd_dimensionwise(gather(posterior), gather(draws), self.length_scales)
@@ -140,16 +133,13 @@ class AggregateDivergence(Term):
         prior_log_prob = prior.log_prob(drawn).reshape(prior_z.shape[:2])  # (P, B)
         if aggregate_data is None:
             loc, scale = diagonal_normal_parameters(guide_site["fn"], self.site)
-            encodings = zip(_per_particle(loc.expand_as(value), batch), _per_particle(scale.expand_as(value), batch),
-                            strict=True)
+            encodings = [(gather(particle_loc), gather(particle_scale)) for particle_loc, particle_scale
+                         in zip(per_particle(loc.expand_as(value)), per_particle(scale.expand_as(value)), strict=True)]
         else:
             whole = aggregate_encodings(sites.guide, aggregate_data, self.site, self.chunk_size, prior_z.device)
-            encodings = ((whole[0], whole[1]) for _ in range(prior_z.shape[0]))
-        estimates = []
-        for draws, log_prob, (loc, scale) in zip(prior_z, prior_log_prob, encodings, strict=True):
-            if aggregate_data is None:
-                loc, scale = gather(loc), gather(scale)
-            estimates.append(self._inclusive_kl(draws, log_prob, loc, scale, prior, gather))
+            encodings = [whole] * prior_z.shape[0]
+        estimates = [self._inclusive_kl(draws, log_prob, loc, scale, prior, gather)
+                     for draws, log_prob, (loc, scale) in zip(prior_z, prior_log_prob, encodings, strict=True)]
         return torch.stack(estimates).mean(), {}
 
     def _inclusive_kl(self, prior_z: torch.Tensor, prior_log_prob: torch.Tensor, loc: torch.Tensor,

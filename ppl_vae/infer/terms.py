@@ -90,6 +90,14 @@ def closed_form_kl(guide_fn: dist.Distribution, model_fn: dist.Distribution) -> 
 OWN_MASK = "ppl_vae_own_mask"
 
 
+def per_particle(values: torch.Tensor) -> torch.Tensor:
+    """A site's values ``(..., B, D)`` as ``(P, B, D)``, one batch per particle: P the particles
+    Pyro's ``vectorize_particles`` draws at once (the dimensions left of the batch's), 1
+    without them; ``(D,)`` as ``(1, 1, D)``. Batch-level terms take their quantities within
+    each particle's batch and average over particles, as sequential particles give them."""
+    return values.reshape(-1, *values.shape[-2:]) if values.dim() >= 2 else values.reshape(1, 1, -1)
+
+
 def site_points(site: dict) -> torch.Tensor | float:
     """The number of data points a site's minibatch stands for: its batch size times its scale
     (the data plate's ``N / B``), i.e. B, or N when the model scales its plate."""

@@ -34,7 +34,7 @@ from torch.func import functional_call
 from ppl_vae._validation import adam_betas, choice, finite, positive_integer, site_name
 from ppl_vae.infer.distributed import LOCAL_BATCH, GlobalBatch
 from ppl_vae.infer.steps import AuxiliaryStep
-from ppl_vae.infer.terms import Term, TermSites
+from ppl_vae.infer.terms import Term, TermSites, per_particle
 from ppl_vae.nn.discriminator import TCDiscriminator
 
 __all__ = ["DensityRatioTotalCorrelation", "density_ratio_loss", "permute_factors"]
@@ -64,15 +64,6 @@ def permute_factors(v: torch.Tensor, widths: Sequence[int], global_batch: Global
         pieces.append(every_v[partners, start : start + width])
         start += width
     return torch.cat(pieces, dim=-1)
-
-
-def last_particle(sample: torch.Tensor) -> torch.Tensor:
-    """The last particle's ``(B, D)`` batch of a site's sample: ``sample`` itself, or the last
-    of the particles that Pyro's ``vectorize_particles`` draws at once (the dimensions left of
-    the batch's).
-
-    :param sample: ``(B, D)`` or ``(..., B, D)``."""
-    return sample.reshape(-1, *sample.shape[-2:])[-1] if sample.dim() > 2 else sample
 
 
 def density_ratio_loss(
@@ -196,7 +187,7 @@ class DensityRatioTotalCorrelation(Term):
         :param sites: what the term read for the ELBO step's (last) particle."""
         if self.weight == 0:
             return {}
-        samples = {argument: last_particle(sample).detach()
+        samples = {argument: per_particle(sample)[-1].detach()
                    for argument, sample in zip(self.sample_arguments, self.samples(sites), strict=True)}
         return {self.STEP: {**samples, "global_batch": sites.global_batch}}
 
