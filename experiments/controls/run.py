@@ -63,11 +63,11 @@ offline):
   permutations of the pool.
 
 Shims for today's libraries, each commented where it is made (:func:`import_authors_code`,
-:func:`import_decomposition_code`): ``ReduceLROnPlateau`` no longer takes ``verbose``; the
+:func:`import_decomposition_code`, :meth:`DecompositionTraining.step`): ``ReduceLROnPlateau`` no longer takes ``verbose``; the
 Decomposition VAE's plotting module imports seaborn (a stand-in module replaces it: plots
 only); torch.distributions validates arguments by default and refuses their decoder's logits,
-which they pass as RelaxedBernoulli's ``probs`` (validation is turned off in the runner's
-process).
+which they pass as RelaxedBernoulli's ``probs`` (validation is off during their objective's
+call).
 
 Checkpoints (``~/.cache/ppl_vae/controls/<experiment>/seed<k>.pt``, written atomically every
 ``--checkpoint-minutes`` and at the budget's end) hold the model, the optimisers and
@@ -216,8 +216,6 @@ def import_decomposition_code(checkout: Path) -> tuple[Any, Any]:
     """
     import types
 
-    import torch
-
     source = checkout / "src"
     if not (source / "models" / "vae_dsprites.py").is_file() or not (source / "objectives.py").is_file():
         raise ValueError(f"--authors-code: expected a checkout of {REPOSITORIES['disentangling-disentanglement']} "
@@ -227,10 +225,6 @@ def import_decomposition_code(checkout: Path) -> tuple[Any, Any]:
     plots = types.ModuleType("vis")
     plots.scatter_plot = plots.posterior_plot_pinwheel = None
     sys.modules.setdefault("vis", plots)
-    # shim: their dSprites decoder returns logits, which their model passes as RelaxedBernoulli's
-    # `probs` (their log_prob override reads them as logits); today's torch validates arguments by
-    # default (since torch 1.8) and refuses probabilities outside [0, 1]
-    torch.distributions.Distribution.set_default_validate_args(False)
     sys.path.insert(0, str(source))
     import models
     import objectives
@@ -512,12 +506,20 @@ class DecompositionTraining:
 
     def step(self) -> None:
         """One iteration of their ``main.py``'s ``train``."""
+        import pyro.distributions
+
         settings = self.control.authors_settings
         data = self.batches.batch(self.epoch, self.position)
         self.model.train()
         self.optimiser.zero_grad()
-        loss = -self.objectives.decomp_objective(self.model, data, K=settings["K"], beta=settings["beta"],
-                                                 alpha=settings["alpha"], regs=None)
+        # shim: their dSprites decoder returns logits, which their model passes as RelaxedBernoulli's
+        # `probs` (their log_prob override reads them as logits); today's torch validates arguments
+        # by default and refuses probabilities outside [0, 1]. The checks are off for this call
+        # only: a process-wide switch is turned back on by anything that imports pyro.distributions
+        # or leaves a pyro.validation_enabled block (the scoring's curve did, mid-run)
+        with pyro.distributions.validation_enabled(False):
+            loss = -self.objectives.decomp_objective(self.model, data, K=settings["K"], beta=settings["beta"],
+                                                     alpha=settings["alpha"], regs=None)
         if not bool(loss.isfinite()):
             raise FloatingPointError(f"their training loss is {loss.item()} at step {self.iteration + 1}")
         loss.backward()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -216,3 +217,57 @@ def test_the_student_t_control_is_also_scored_on_the_authors_cdf_mapped_codes():
 
     assert DSpritesScoring(student_t.campaign_run(0), controls.scoring_settings(student_t)).student_t_df == 9.0
     assert DSpritesScoring(isotropic.campaign_run(0), controls.scoring_settings(isotropic)).student_t_df is None
+
+
+STAND_IN_DECOMPOSITION_MODELS = '''
+import torch
+from torch import nn
+
+
+class VAE_dsprites(nn.Module):
+    """Their constructor and encoder interface; a decoder whose logits leave [0, 1], as theirs."""
+
+    def __init__(self, params):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Flatten(), nn.Linear(64 * 64, 2))
+        self.dec = nn.Linear(2, 64 * 64)
+'''
+STAND_IN_OBJECTIVES = '''
+import torch
+from torch.distributions import RelaxedBernoulli
+
+
+def decomp_objective(model, x, K=1, beta=1.0, alpha=0.0, regs=None):
+    """Their call shape: logits passed as RelaxedBernoulli's probs, which argument checks refuse."""
+    logits = model.dec(model.enc(x)) * 10 - 5
+    px_z = RelaxedBernoulli(torch.tensor(0.67), probs=logits)
+    return -(px_z.probs - x.flatten(1)).pow(2).sum()
+'''
+
+
+def test_the_decomposition_step_runs_their_logits_as_probs_after_something_turned_argument_checks_on(
+        tmp_path, monkeypatch):
+    import pyro
+
+    checkout = tmp_path / "checkout"
+    for path, text in {"src/models/__init__.py": "from models.vae_dsprites import VAE_dsprites\n",
+                       "src/models/vae_dsprites.py": STAND_IN_DECOMPOSITION_MODELS,
+                       "src/objectives.py": STAND_IN_OBJECTIVES}.items():
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / path).write_text(text)
+    for name in ("models", "models.vae_dsprites", "objectives", "vis"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    classes = controls.import_decomposition_code(checkout)
+    control = dataclasses.replace(controls.CONTROLS["decomposition-dsprites-isotropic"], steps=2, epoch_batches=2)
+    training = controls.DecompositionTraining(control, 0, classes)
+    try:
+        with pyro.validation_enabled(True):  # as an import of pyro.distributions or the curve's scoring leaves it
+            training.step()
+            training.step()
+            with pytest.raises(ValueError, match="probs"):  # the checks are on again outside their objective
+                torch.distributions.RelaxedBernoulli(torch.tensor(0.67), probs=torch.tensor([2.0]))
+    finally:
+        for name in ("models", "models.vae_dsprites", "objectives", "vis"):
+            sys.modules.pop(name, None)
+    assert training.iteration == 2 and math.isfinite(training.last_loss)
