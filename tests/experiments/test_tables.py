@@ -117,3 +117,33 @@ def test_a_row_of_our_own_settings_says_why_no_control_applies_instead_of_waitin
 
     assert "cause: our setting (ramps 12 times the authors' rate)" in ramped[1] and "no control yet" not in ramped[1]
     assert ramped[4] == "none applies"
+
+
+def test_a_missed_ordering_is_put_down_to_the_budget_when_the_authors_code_misses_it_too(tables):
+    assert tables.ordering_cause([0.45], [0.72, 0.60], control_row=[0.50], control_reference=[0.60]) == "budget"
+    assert tables.ordering_cause([0.45], [0.72, 0.60], control_row=[0.70], control_reference=[0.60]) == \
+        "implementation (one control seed so far)"
+    assert tables.ordering_cause([0.45, 0.50], [0.72, 0.60], [0.70, 0.75], [0.60, 0.62]) == "implementation"
+    assert tables.ordering_cause([0.65], [0.72, 0.60], [0.70], [0.60]) == "undecided (seeds overlap)"
+
+
+def test_an_ordering_rows_cause_compares_the_orderings_not_one_rows_scores(tables):
+    row, reference = "decomposition-dsprites-student-t-df9", "decomposition-dsprites-isotropic"
+    records = {row: [_record(row, 0, 0.55)], reference: [_record(reference, 0, 0.72), _record(reference, 1, 0.60)]}
+    # their Student-t scores above ours, but below their own isotropic prior: the budget explains it
+    controls = {row: [_record(row, 0, 0.58)], reference: [_record(reference, 0, 0.63)]}
+    verdicts, _, _ = markdown_tables(tables.render("decomposition-dsprites", records, controls))
+    cells = next(cells for cells in verdicts if f"`{row}`" in cells[0])
+
+    assert "**not met**" in cells[1]
+    assert "cause: budget (the authors' code at our budget: 0.580 vs 0.630)" in cells[1]
+    assert cells[4] == "0.580"
+
+
+def test_an_ordering_row_without_the_controls_reference_waits_for_it(tables):
+    row, reference = "decomposition-dsprites-student-t-df9", "decomposition-dsprites-isotropic"
+    records = {row: [_record(row, 0, 0.55)], reference: [_record(reference, 0, 0.72)]}
+    verdicts, _, _ = markdown_tables(tables.render("decomposition-dsprites", records, {row: [_record(row, 0, 0.58)]}))
+    cells = next(cells for cells in verdicts if f"`{row}`" in cells[0])
+
+    assert "cause: no control yet (the authors' code at our budget)" in cells[1]
