@@ -66,8 +66,32 @@ def test_decomposition_authors_settings_switch_on_amsgrad_and_their_dsprites_enc
     assert dsprites.train.amsgrad and (dsprites.hidden, dsprites.hidden_activation) == (128, "identity")
     model, _ = decomposition_model(dsprites, {"image_shape": [1, 64, 64], "shape": [1, 64, 64]})
     assert isinstance(model.encoder.fc[-1], torch.nn.Identity) and model.encoder.out_features == 128
+    assert _transposed_convolutions(model.decoder) == [(64, 64), (64, 64), (64, 32), (32, 1)]  # theirs
     flat = decomposition_authors(DecompositionConfig(dataset="dsprites", latent_dim=10, prior="isotropic", flatten=True))
-    assert flat.hidden_activation == "relu"
+    assert flat.hidden_activation == "relu" and flat.decoder_channels is None
+
+
+def _transposed_convolutions(decoder: torch.nn.Module) -> list[tuple[int, int]]:
+    return [(layer.in_channels, layer.out_channels) for layer in decoder.modules()
+            if isinstance(layer, torch.nn.ConvTranspose2d)]
+
+
+def test_the_default_decomposition_decoder_mirrors_the_encoder():
+    config = DecompositionConfig(dataset="dsprites", latent_dim=10, prior="isotropic")
+    model, _ = decomposition_model(config, {"image_shape": [1, 64, 64], "shape": [1, 64, 64]})
+    assert _transposed_convolutions(model.decoder) == [(64, 64), (64, 32), (32, 32), (32, 1)]
+
+
+@pytest.mark.parametrize("shape, channels, message", [
+    ([1, 64, 64], (64, 64, 32), "decoder_channels must be 4 positive widths, one per convolution of the encoder on "
+                                "64-pixel images, got (64, 64, 32)"),
+    ([784], (64,), "decoder_channels must be None for MLP networks (flattened points)"),
+])
+def test_decoder_channels_that_do_not_fit_the_networks_are_refused_by_name(shape, channels, message):
+    config = DecompositionConfig(dataset="dsprites", latent_dim=10, prior="isotropic", decoder_channels=channels)
+    with pytest.raises(ValueError) as info:
+        decomposition_model(config, {"image_shape": [1, 64, 64], "shape": shape})
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -79,6 +103,7 @@ def test_decomposition_authors_settings_switch_on_amsgrad_and_their_dsprites_enc
         (lambda: PartedConfig(image_size=32), "image_size must be None or 64 for dSprites, got 32"),
         (lambda: mnist_config(image_size=30), "image_size must be one of (28, 32), got 30"),
         (lambda: DecompositionConfig(hidden_activation="tanh"), "hidden_activation must be one of ('relu', 'leaky_relu', 'identity'), got 'tanh'"),
+        (lambda: DecompositionConfig(decoder_channels=(64, 0)), "decoder_channels must be None or positive widths, got (64, 0)"),
     ],
 )
 def test_bad_authors_options_are_refused_naming_the_setting(make, message):

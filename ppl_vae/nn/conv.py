@@ -1,8 +1,10 @@
 """Convolutional encoders and decoders for 64x64 and 28x28/32x32 single-channel images.
 
-The 64x64 pair is the one both the PartedVAE and the Decomposition VAE authors use
-for dSprites and CelebA: four 4x4 stride-2 convolutions with 32, 32, 64, 64 channels,
-then ``Linear(1024 -> 256)``; the decoder mirrors it with transposed convolutions.
+The 64x64 encoder is the one both the PartedVAE and the Decomposition VAE authors use for
+dSprites and CelebA: four 4x4 stride-2 convolutions with 32, 32, 64, 64 channels, then
+``Linear(1024 -> hidden)``. The decoder mirrors it with transposed convolutions by default
+(64, 64, 32, 32 input channels); ``conv_channels`` sets other widths (the Decomposition VAE
+authors' decoder takes 64, 64, 64, 32).
 The small pair is the same design with three stride-2 layers for 28x28 or 32x32 inputs
 (MNIST, Fashion-MNIST).
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ppl_vae._validation import require
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, activation, mlp_decoder
 from ppl_vae.recipes.configs import DATASETS
@@ -87,7 +88,12 @@ def mnist_binarization(dataset: str, likelihood: str | None) -> str | None:
 
 
 def networks(
-    shape: Sequence[int], latent_dim: int, hidden: int = 256, bias: bool = True, hidden_activation: str = "relu"
+    shape: Sequence[int],
+    latent_dim: int,
+    hidden: int = 256,
+    bias: bool = True,
+    hidden_activation: str = "relu",
+    decoder_channels: Sequence[int] | None = None,
 ) -> tuple[nn.Module, nn.Module]:
     """An encoder (``out_features`` set) and a decoder for points of ``shape`` (one point's
     shape, e.g. ``data.x.shape[1:]``): the papers' convolutional pair for ``(C, H, W)`` images
@@ -95,12 +101,22 @@ def networks(
 
     :param hidden_activation: the activation after the encoder's last layer, by name
         (:func:`~ppl_vae.nn.activations.activation`).
+    :param decoder_channels: input channels of the decoder's transposed convolutions, first to
+        last (one per convolution of the encoder); ``None`` mirrors the encoder's, (64, 64, 32,
+        32) at 64 pixels. Convolutional networks only.
+    :raises ValueError: naming ``decoder_channels`` for MLP networks or the wrong number of widths.
     """
     if len(shape) == 3:
-        return (
-            ConvEncoder(shape[-1], shape[0], hidden_dim=hidden, bias=bias, hidden_activation=hidden_activation),
-            ConvDecoder(latent_dim, shape[-1], shape[0], hidden_dim=hidden, bias=bias),
-        )
+        encoder = ConvEncoder(shape[-1], shape[0], hidden_dim=hidden, bias=bias, hidden_activation=hidden_activation)
+        mirrored = None
+        if decoder_channels is not None:
+            layers = sum(isinstance(layer, nn.Conv2d) for layer in encoder.conv)
+            require("decoder_channels", decoder_channels, len(decoder_channels) == layers and min(decoder_channels) >= 1,
+                    f"{layers} positive widths, one per convolution of the encoder on {shape[-1]}-pixel images")
+            mirrored = tuple(reversed(decoder_channels))
+        return encoder, ConvDecoder(latent_dim, shape[-1], shape[0], hidden_dim=hidden, bias=bias, conv_channels=mirrored)
+    require("decoder_channels", decoder_channels, decoder_channels is None,
+            "None for MLP networks (flattened points): it sets the convolutional decoder's widths")
     features = shape[0]
     encoder = MLP([features, hidden], bias=bias, final_activation=activation(hidden_activation))
     return encoder, mlp_decoder(latent_dim, [hidden], (features,), bias=bias)

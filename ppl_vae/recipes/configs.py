@@ -375,6 +375,9 @@ class DecompositionConfig:
     :param hidden: width of the encoder's features (the paper's pinwheel MLP: 100).
     :param hidden_activation: activation after the encoder's last layer: "relu", "leaky_relu"
         (slope 0.01) or "identity" (none: the authors' dSprites encoder).
+    :param decoder_channels: input channels of the convolutional decoder's transposed
+        convolutions, first to last (None mirrors the encoder: 64, 64, 32, 32 on dSprites; the
+        authors' dSprites decoder: 64, 64, 64, 32). Convolutional networks only.
     :param mnist_dir: folder of MNIST IDX files (None: the library's default source).
     :param evaluation_points: points encoded for the q(z) figures.
     :param factor_score_votes: training votes of the Factor score on dSprites (0 skips it).
@@ -398,6 +401,7 @@ class DecompositionConfig:
     flatten: bool = False
     hidden: int = 100
     hidden_activation: str = "relu"
+    decoder_channels: tuple[int, ...] | None = None
     mnist_dir: str | None = None
     evaluation_points: int = 2000
     factor_score_votes: int = 0
@@ -412,6 +416,9 @@ class DecompositionConfig:
         one_of(self, "prior", PRIORS)
         one_of(self, "likelihood", LIKELIHOODS)
         one_of(self, "hidden_activation", ACTIVATIONS)
+        require("decoder_channels", self.decoder_channels,
+                self.decoder_channels is None or (len(self.decoder_channels) > 0 and min(self.decoder_channels) >= 1),
+                "None or positive widths")
         one_of(self, "divergence", DIVERGENCES)
         at_least(self, 2, "num_train")
         at_least(self, 1, "image_size", "latent_dim", "hidden", "evaluation_points")

@@ -97,7 +97,8 @@ def build_untrained(
         step, :func:`build`'s ``elbo_arguments``, not part of the objective.)
     """
     encoder, decoder = networks(
-        tuple(model_inputs["shape"]), config.latent_dim, config.hidden, hidden_activation=config.hidden_activation
+        tuple(model_inputs["shape"]), config.latent_dim, config.hidden, hidden_activation=config.hidden_activation,
+        decoder_channels=config.decoder_channels,
     )
     likelihood = config.likelihood or ("bernoulli" if len(model_inputs["image_shape"]) == 3 else "gaussian")
     scale = config.likelihood_scale
@@ -167,12 +168,12 @@ def build(config: DecompositionConfig) -> Experiment:
 
 def authors_settings(config: DecompositionConfig) -> DecompositionConfig:
     """``config`` with the authors' optimiser and networks switched on: Adam's AMSGrad variant
-    for every setting, and for the convolutional networks on dSprites their width (128) and
-    their encoder's missing activation after its linear layer. Data, priors, weights, learning
-    rate, batch size and the number of steps are left as they are (the experiment scripts set
-    the paper's)."""
+    for every setting, and for the convolutional networks on dSprites their width (128), their
+    encoder's missing activation after its linear layer and their decoder's widths (64, 64,
+    64, 32 into its transposed convolutions). Data, priors, weights, learning rate, batch size
+    and the number of steps are left as they are (the experiment scripts set the paper's)."""
     if config.dataset == "dsprites" and not config.flatten:
-        config = dataclasses.replace(config, hidden=128, hidden_activation="identity")
+        config = dataclasses.replace(config, hidden=128, hidden_activation="identity", decoder_channels=(64, 64, 64, 32))
     return dataclasses.replace(config, train=dataclasses.replace(config.train, amsgrad=True))
 
 
