@@ -271,3 +271,16 @@ def test_the_decomposition_step_runs_their_logits_as_probs_after_something_turne
         for name in ("models", "models.vae_dsprites", "objectives", "vis"):
             sys.modules.pop(name, None)
     assert training.iteration == 2 and math.isfinite(training.last_loss)
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (["--batches", "0"], "--batches: expected an integer >= 1, got 0"),
+    (["--authors-commit", "abc"], "--authors-commit"),
+])
+def test_the_objective_comparison_refuses_bad_arguments_by_name(arguments, named, tmp_path, capsys):
+    from experiments.controls import objectives
+
+    defaults = ["--authors-code", str(tmp_path), "--authors-commit", COMMIT]
+    with pytest.raises(SystemExit):
+        objectives.main([*defaults, *arguments])
+    assert named in capsys.readouterr().err
