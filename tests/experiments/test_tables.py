@@ -147,3 +147,14 @@ def test_an_ordering_row_without_the_controls_reference_waits_for_it(tables):
     cells = next(cells for cells in verdicts if f"`{row}`" in cells[0])
 
     assert "cause: no control yet (the authors' code at our budget)" in cells[1]
+
+
+def test_a_shortfall_whose_difference_was_found_names_it_after_the_cause(tables):
+    records = {"parted-mnist": [_record("parted-mnist", s, 0.5) for s in range(3)]}
+    controls = {"parted-mnist": [_record("parted-mnist", s, 0.5) for s in range(2)]}
+    for record, gap in zip(records["parted-mnist"] + controls["parted-mnist"], [0.07, 0.06, 0.08, 0.09, 0.11], strict=True):
+        record["metrics"]["gap"] = gap
+    verdicts, _, _ = markdown_tables(tables.render("parted-mnist", records, controls))
+
+    assert verdicts[1][1].endswith("; cause: implementation; found: the learning-rate plateau epoch, 157 steps here "
+                                   "against the authors' 938; the next row runs theirs")
