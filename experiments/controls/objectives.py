@@ -9,8 +9,8 @@ For each control of the Decomposition VAE (``decomposition-dsprites-isotropic`` 
 ``decomposition-dsprites-student-t-df9``, :data:`experiments.controls.run.CONTROLS`): their
 model (``models.VAE_dsprites`` at the control's settings, imported from the checkout as the
 control runner imports it) and ours (the Decomposition recipe at the settings of the campaign
-row of the same name, with the authors' decoder widths, ``decoder_channels=(64, 64, 64, 32)``,
-so that both networks have the same layers and shapes). Ours takes their weights, and its
+row of the same name under the recipe's ``authors_settings``, which adds their decoder widths,
+``decoder_channels=(64, 64, 64, 32)``, so that both networks have the same layers and shapes). Ours takes their weights, and its
 posterior scale is computed as theirs (``exp(c2 / 2) + 1e-6`` from their second linear layer,
 where the library's head gives ``softplus(raw) + min_scale``: the one parametrisation that
 differs). Both see the same dSprites batches (:class:`ppl_vae.data.DSprites`, 64 images each)
@@ -46,8 +46,6 @@ from experiments.controls import run as controls  # noqa: E402
 OUTPUT = ROOT / "results" / "controls" / "objectives" / "decomposition-dsprites.json"
 #: The controls compared, each the campaign row of the same name.
 EXPERIMENTS = ("decomposition-dsprites-isotropic", "decomposition-dsprites-student-t-df9")
-#: Their decoder's widths, which our recipe builds with ``decoder_channels``.
-AUTHORS_DECODER = (64, 64, 64, 32)
 #: Their posterior scale's offset (``utils.Constants.eta``).
 ETA = 1e-6
 
@@ -64,32 +62,30 @@ class AuthorsPosteriorHead(nn.Module):
         return self.loc(h), torch.exp(0.5 * self.log_variance(h)) + ETA
 
 
-def their_model(experiment: str, models: Any, seed: int, checkpoint: Path | None) -> Any:
+def their_model(experiment: str, models: Any, seed: int, weights: dict[str, Any] | None) -> Any:
     """Their ``VAE_dsprites`` at the control's settings, initialised under ``seed``, with the
-    networks' weights of a control ``checkpoint`` when one is given (its prior is the control's)."""
+    networks' ``weights`` (a control checkpoint's model state) when given; the prior stays the
+    control's."""
     settings = controls.CONTROLS[experiment].authors_settings
     torch.manual_seed(seed)
     model = getattr(models, f"VAE_{settings['model']}")(argparse.Namespace(**settings))
-    if checkpoint is not None:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)["model"]
-        networks = {name: value for name, value in state.items() if name.startswith(("enc.", "dec."))}
+    if weights is not None:
+        networks = {name: value for name, value in weights.items() if name.startswith(("enc.", "dec."))}
         missing = model.load_state_dict(networks, strict=False).missing_keys
         if any(name.startswith(("enc.", "dec.")) for name in missing):
-            raise ValueError(f"--checkpoint: expected a Decomposition VAE control checkpoint, {checkpoint} lacks {missing}")
+            raise ValueError(f"--checkpoint: expected a Decomposition VAE control checkpoint, it lacks {missing}")
     return model
 
 
 def our_model(experiment: str, theirs: Any) -> tuple[Any, Any, list[tuple[Any, Any]]]:
     """``(model, objective, pairs)``: the Decomposition recipe at the campaign row's settings
-    with their decoder widths, holding copies of ``theirs``'s weights and their posterior
+    under its ``authors_settings`` (their decoder widths), holding copies of ``theirs``'s weights and their posterior
     scale; ``pairs`` are ``(our parameter, their parameter)`` for the gradients."""
-    import dataclasses
-
     from experiments.campaign import MANIFEST, read_manifest, run_config
-    from ppl_vae.recipes.decomposition import build_untrained
+    from ppl_vae.recipes.decomposition import authors_settings, build_untrained
 
     run = next(run for run in read_manifest(MANIFEST) if run.experiment == experiment and run.seed == 0)
-    config = dataclasses.replace(run_config(run, "cpu"), decoder_channels=AUTHORS_DECODER)
+    config = authors_settings(run_config(run, "cpu"))
     ours, objective = build_untrained(config, {"shape": (1, 64, 64), "image_shape": (1, 64, 64)})
     ours.head = AuthorsPosteriorHead(config.hidden, config.latent_dim)
     theirs_ = [parameter for name, parameter in theirs.named_parameters() if name.startswith(("enc.", "dec."))]
@@ -151,14 +147,6 @@ def compare_batch(experiment: str, ours: Any, objective: Any, theirs: Any, objec
     }
 
 
-def weights_of(checkpoint: Path | None) -> str:
-    """Where the compared weights come from, in words: the control and step of ``checkpoint``."""
-    if checkpoint is None:
-        return "their initialisation"
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-    return f"{checkpoint.parent.name}/{checkpoint.name} at step {state['iteration']:,}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--authors-code", type=Path, required=True,
@@ -187,12 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     generator = torch.Generator().manual_seed(args.seed)
     batches = [source.tensors(torch.randint(len(source), (64,), generator=generator), dtype=torch.float32)["x"]
                for _ in range(args.batches)]
+    state = None if args.checkpoint is None else torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    weights = "their initialisation" if state is None else (
+        f"{args.checkpoint.parent.name}/{args.checkpoint.name} at step {state['iteration']:,}")
     record: dict[str, Any] = {"authors_repository": controls.REPOSITORIES["disentangling-disentanglement"],
                               "authors_commit": args.authors_commit, "seed": args.seed, "versions": versions(),
-                              "weights": weights_of(args.checkpoint),
-                              "experiments": {}}
+                              "weights": weights, "experiments": {}}
     for experiment in EXPERIMENTS:
-        theirs = their_model(experiment, models, args.seed, args.checkpoint)
+        theirs = their_model(experiment, models, args.seed, None if state is None else state["model"])
         ours, objective, pairs = our_model(experiment, theirs)
         rows = [compare_batch(experiment, ours, objective, theirs, objectives, pairs, x, args.seed + i)
                 for i, x in enumerate(batches)]

@@ -249,13 +249,15 @@ def test_the_decomposition_step_runs_their_logits_as_probs_after_something_turne
         tmp_path, monkeypatch):
     import pyro
 
+    their_modules = ("models", "models.vae_dsprites", "objectives", "vis")
+
     checkout = tmp_path / "checkout"
     for path, text in {"src/models/__init__.py": "from models.vae_dsprites import VAE_dsprites\n",
                        "src/models/vae_dsprites.py": STAND_IN_DECOMPOSITION_MODELS,
                        "src/objectives.py": STAND_IN_OBJECTIVES}.items():
         (checkout / path).parent.mkdir(parents=True, exist_ok=True)
         (checkout / path).write_text(text)
-    for name in ("models", "models.vae_dsprites", "objectives", "vis"):
+    for name in their_modules:
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     classes = controls.import_decomposition_code(checkout)
@@ -268,7 +270,7 @@ def test_the_decomposition_step_runs_their_logits_as_probs_after_something_turne
             with pytest.raises(ValueError, match="probs"):  # the checks are on again outside their objective
                 torch.distributions.RelaxedBernoulli(torch.tensor(0.67), probs=torch.tensor([2.0]))
     finally:
-        for name in ("models", "models.vae_dsprites", "objectives", "vis"):
+        for name in their_modules:
             sys.modules.pop(name, None)
     assert training.iteration == 2 and math.isfinite(training.last_loss)
 
