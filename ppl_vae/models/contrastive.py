@@ -30,7 +30,7 @@ from torch import nn
 
 from ppl_vae._constants import CONTRASTIVE_LIKELIHOODS
 from ppl_vae._validation import choice, positive_integer
-from ppl_vae.models.inputs import ModelInputError, check_decoder_size
+from ppl_vae.models.inputs import ModelInputError, all_finite, check_decoder_size
 from ppl_vae.models.likelihoods import (
     COUNT_LIKELIHOODS,
     CountLikelihood,
@@ -70,7 +70,7 @@ def check_contrastive_data(
             )
         if data.dim() < 2 or data.shape[0] == 0:
             raise ModelInputError(f"{name} must have shape (batch >= 1, *features), got {tuple(data.shape)}")
-        if check_finite and not bool(torch.isfinite(data).all()):
+        if check_finite and not all_finite(data):
             raise ModelInputError(f"{name} contains NaN or infinite values")
     if target is not None and background is not None and target.shape[1:] != background.shape[1:]:
         raise ModelInputError(

@@ -147,6 +147,16 @@ def test_conv_networks_pairs_each_variant_with_the_library_networks_and_parted_w
     assert "paired_ratio_to_authors" not in result["models"]["decomposition"]
 
 
+def test_input_check_times_the_models_data_check_against_the_elementwise_one_per_call_and_per_iteration(tmp_path):
+    result = run_benchmark("input_check.py", tmp_path / "check.json", "--quick")
+    assert sorted(result["results"]) == [
+        "contrastive training iteration, 128 + 128", "one call, 128 images 1x28x28", "one call, 64 images 1x64x64"]
+    for rows in result["results"].values():
+        assert list(rows) == ["elementwise", "all_finite"]
+        assert rows["elementwise"]["paired_ratio"] == 1.0
+        assert all(row["median_ms"] >= 0 for row in rows.values())
+
+
 def test_scoring_encode_times_every_chunk_size_of_every_campaign_encoder_and_checks_the_bits(tmp_path):
     result = run_benchmark("scoring_encode.py", tmp_path / "encode.json", "--quick")
     assert sorted(result["results"]) == ["decomposition", "parted", "vae"]

@@ -9,6 +9,7 @@ from pyro.optim import Adam
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.infer import ContrastiveELBO, PartedELBO
 from ppl_vae.models import VAE, ContrastiveVAE, PartedVAE
+from ppl_vae.models.inputs import all_finite
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, mlp_decoder
 
 
@@ -45,6 +46,28 @@ def test_nan_in_the_data_through_the_posterior_predictive_check_names_x_in_one_l
     with pytest.raises(ValueError) as refused:
         posterior_predictive_check(conv_vae(), {"x": nan_images(8)}, num_samples=2)
     assert str(refused.value) == "x must be finite, got 1 NaN or infinite value(s) among its 6272"
+
+
+@pytest.mark.parametrize(
+    "values, finite",
+    [
+        ([0.0, 1.0, -2.5], True),
+        ([3e38, 3e38, 3e38], True),  # finite values whose float32 sum overflows
+        ([-3e38, -3e38], True),
+        ([1.0, float("nan")], False),
+        ([1.0, float("inf")], False),
+        ([float("-inf"), 2.0], False),
+        ([float("inf"), float("-inf")], False),  # the sum is NaN
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_all_finite_answers_as_the_elementwise_check_also_where_the_sum_overflows(values, finite, dtype):
+    if dtype == torch.float16:
+        values = [max(min(v, 6e4), -6e4) if abs(v) < float("inf") else v for v in values]
+    data = torch.tensor(values, dtype=dtype).reshape(-1, 1)
+    assert bool(torch.isfinite(data).all()) is finite
+    assert all_finite(data) is finite
+    assert all_finite(data.clone().requires_grad_()) is finite  # data that requires gradients
 
 
 def test_an_mlp_encoder_takes_points_of_any_shape_with_its_number_of_features():
