@@ -1,5 +1,6 @@
 """The check's verdict tells a fit from a misfit: on data simulated from the fitted model it says
-"no misfit" (calibration, for vectors, images and counts); on the pinwheel's too wide, too narrow
+"no misfit" (calibration, for vectors, images and counts, and around a global latent, with the
+library's models and a user's model and guide as callables); on the pinwheel's too wide, too narrow
 and too-small-latent fits, on a Poisson fit to overdispersed counts and on a Gaussian fit to
 binary images it says "misfit", each finding naming its direction."""
 import sys
@@ -195,3 +196,79 @@ def test_the_criticism_page_shows_the_pinwheel_table_of_the_script(pinwheel_chec
     start = page.index("| fit | misfit | directions found |")
     shown = page[start:page.index("\n\n", start)]
     assert pinwheel.table_rows(shown) == pinwheel.table_rows(pinwheel.table(pinwheel_checks))
+
+
+class SharedMean(nn.Module):
+    """A user's model with a global latent: x_n ~ N(mu, sigma^2 I) with one mu ~ N(0, 3^2 I)
+    shared by all points, and its exact posterior as the guide."""
+
+    def __init__(self, features: int = 3, sigma: float = 1.0) -> None:
+        super().__init__()
+        self.features, self.sigma = features, sigma
+
+    def model(self, x: torch.Tensor) -> None:
+        mu = pyro.sample("mu", dist.Normal(torch.zeros(self.features), 3.0).to_event(1))
+        with pyro.plate("points", x.shape[0]):
+            pyro.sample("x", dist.Normal(mu, self.sigma).to_event(1), obs=x)
+
+    def guide(self, x: torch.Tensor) -> None:
+        precision = 1 / 9 + x.shape[0] / self.sigma**2
+        pyro.sample("mu", dist.Normal(x.sum(0) / self.sigma**2 / precision, precision**-0.5).to_event(1))
+
+    def simulate(self, n: int, sigma: float | None = None) -> torch.Tensor:
+        mu = 3.0 * torch.randn(self.features)
+        return mu + (self.sigma if sigma is None else sigma) * torch.randn(n, self.features)
+
+
+def test_data_simulated_from_a_model_with_a_global_latent_are_called_a_fit_at_least_nine_times_in_ten():
+    """The shared mean stands at its posterior mean in the marginal replicates: drawn from its
+    prior (a prior predictive check), every one of these data sets would be a misfit."""
+    model = SharedMean()
+    assert false_alarms(model, lambda: model.simulate(200)) <= SIMULATIONS // 10
+
+
+def test_a_model_with_a_global_latent_is_a_misfit_on_data_twice_as_spread_as_it_says():
+    model = SharedMean()
+    torch.manual_seed(1)
+    result = posterior_predictive_check(model, {"x": model.simulate(200, sigma=2.0)}, **QUICK)
+    assert result.misfit and "too narrow" in {finding.direction for finding in result.findings}
+
+
+def counts_model(x: torch.Tensor) -> None:
+    """A user's Pyro model as a plain function: counts at five rates every point shares."""
+    log_rate = pyro.sample("log_rate", dist.Normal(torch.zeros(5), 2.0).to_event(1))
+    with pyro.plate("points", x.shape[0]):
+        pyro.sample("x", dist.Poisson(log_rate.exp()).to_event(1), obs=x)
+
+
+def test_a_users_model_function_with_an_autoguide_is_checked_with_guide_and_told_from_overdispersed_counts():
+    from pyro.infer.autoguide import AutoNormal
+
+    rates = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    torch.manual_seed(1)
+    counts = dist.Poisson(rates).sample((300,))
+    pyro.clear_param_store()
+    guide = AutoNormal(counts_model)
+    svi = SVI(counts_model, guide, Adam({"lr": 0.05}), TraceMeanField_ELBO())
+    for _ in range(1000):
+        svi.step(counts)
+    assert not posterior_predictive_check(counts_model, {"x": counts}, guide=guide, **QUICK).misfit
+    assert guide.training  # the autoguide is put back in training mode after the check
+    overdispersed = dist.GammaPoisson(2.0, 2.0 / rates).sample((300,))
+    result = posterior_predictive_check(counts_model, {"x": overdispersed}, guide=guide, **QUICK)
+    assert result.misfit and "too narrow" in {finding.direction for finding in result.findings}
+
+
+def test_a_model_and_guide_given_as_callables_are_checked_as_the_module_that_holds_them():
+    torch.manual_seed(0)
+    model = LinearGaussian(torch.randn(5, 2), sigma=0.5)
+    x = model.simulate(100)
+    as_module = posterior_predictive_check(model, {"x": x}, seed=3, **QUICK).summary()
+    assert posterior_predictive_check(model.model, {"x": x}, guide=model.guide, seed=3, **QUICK).summary() == as_module
+
+
+def test_a_model_function_without_its_guide_is_refused_naming_guide():
+    with pytest.raises(ValueError, match=r"guide=.*got function .*counts_model.* without guide="):
+        posterior_predictive_check(counts_model, {"x": torch.ones(4, 5)}, **QUICK)
+    with pytest.raises(ValueError, match="model and guide must be callables"):
+        posterior_predictive_check(counts_model, {"x": torch.ones(4, 5)}, guide="AutoNormal", **QUICK)

@@ -6,6 +6,14 @@ labels, stay observed):
     per-point:  z^(s) ~ q(z | x, c),  x_rep^(s) ~ p(x | z^(s), c)      s = 1..S
     marginal:   z^(r) ~ p(z),         x_rep^(r) ~ p(x | z^(r), c)      r = 0..R
 
+A global latent theta (outside the plates of the replicated sites: shared by all points) stands
+in the marginal replicates at its posterior mean under the guide, ``E_q[theta]`` (the mean of
+:data:`GLOBAL_DRAWS` draws), fitted to the data as a decoder's weights are, and the points' own
+latents are drawn from ``p(z | E_q[theta])``. Drawn from its prior it would make the marginal
+check a prior predictive check, which every fitted model fails; drawn from q anew for each
+replicate it would move all the points of a replicate together, which the tests, taking the
+points as independent, would read as a misfit.
+
 The per-point replicates re-draw each point around its own latent: they show what the
 likelihood allows around a point the guide has seen, but they used the point to place z, so
 a model that fits looks *too wide* on them (they cluster around the data). Only their excess
@@ -36,13 +44,15 @@ from pyro.poutine.trace_struct import Trace
 
 from ppl_vae._progress import Progress
 from ppl_vae.checks.pit import PITCounter, PITTest
-from ppl_vae.checks.replicates import replicate_sites, replicated_sites, statistics_by_site
+from ppl_vae.checks.replicates import global_latents, replicate_sites, replicated_sites, statistics_by_site
 from ppl_vae.checks.result import PPCResult, StatisticCheck, mid_p_value
 from ppl_vae.checks.statistics import Statistic, is_image, is_per_point
 from ppl_vae.infer.observations import check_observations_in_support
 
 #: Vectors with at most this many features get the nearest-neighbour distance tests.
 NEIGHBOUR_FEATURES = 64
+#: Draws of the guide whose mean places a global latent in the marginal replicates.
+GLOBAL_DRAWS = 64
 _DISTANCE_SENTENCES = {
     "distance_to_model": (
         "the data lie farther from the model's draws than its own draws do: data where the model puts little mass",
@@ -163,21 +173,73 @@ def _replicate(trace: Trace, sites: Sequence[str]) -> dict[str, torch.Tensor]:
     return {site: trace.nodes[site]["value"] for site in sites}
 
 
-def _check_data(model: torch.nn.Module, data: Mapping[str, torch.Tensor],
-                sites: Sequence[str] | None) -> tuple[tuple[str, ...], dict[str, torch.Tensor]]:
+class _ModelAndGuide:
+    """The model and guide callables a check runs, and the modules among them (set to eval mode
+    for the check, then back)."""
+
+    def __init__(self, model: object, guide: Callable | None) -> None:
+        if guide is None:
+            if not (callable(getattr(model, "model", None)) and callable(getattr(model, "guide", None))):
+                raise ValueError(
+                    "model must have model and guide methods (every model of the library), or be a Pyro model "
+                    f"callable given with its guide (guide=); got {type(model).__name__} {model!r:.80} without guide="
+                )
+            self.model, self.guide = model.model, model.guide
+            owners = [model]
+        else:
+            if not callable(model) or not callable(guide):
+                raise ValueError(f"with guide= given, model and guide must be callables (a Pyro model and its "
+                                 f"guide); got {type(model).__name__} and {type(guide).__name__}")
+            self.model, self.guide = model, guide
+            owners = [model, guide, getattr(model, "__self__", None), getattr(guide, "__self__", None)]
+        self.modules = list({id(m): m for m in owners if isinstance(m, torch.nn.Module)}.values())
+
+    def eval(self) -> list[bool]:
+        """Set every module to eval mode; their training flags before."""
+        was_training = [module.training for module in self.modules]
+        for module in self.modules:
+            module.eval()
+        return was_training
+
+    def restore(self, was_training: list[bool]) -> None:
+        """Set the modules back to the training flags :meth:`eval` returned."""
+        for module, training in zip(self.modules, was_training, strict=True):
+            module.train(training)
+
+
+def _check_data(
+    model: _ModelAndGuide, data: Mapping[str, torch.Tensor], sites: Sequence[str] | None
+) -> tuple[tuple[str, ...], dict[str, torch.Tensor], frozenset[str]]:
+    """The replicated sites, their observed values and the model's global latents."""
     trace = poutine.trace(model.model).get_trace(**data)
     replicated = replicated_sites(trace, data, sites)
     check_observations_in_support(trace, replicated)
-    return replicated, {site: trace.nodes[site]["value"].cpu() for site in replicated}
+    return replicated, {site: trace.nodes[site]["value"].cpu() for site in replicated}, global_latents(trace, replicated)
 
 
-def _run_checks(model: torch.nn.Module, data: Mapping[str, torch.Tensor], replicated: tuple[str, ...],
+def _global_means(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], global_sites: frozenset[str]) -> Trace:
+    """A trace of the global latents at their posterior means: each the mean of
+    :data:`GLOBAL_DRAWS` draws of the guide (a latent that is not floating point, the first
+    draw's value)."""
+    draws = [poutine.trace(model.guide).get_trace(**data) for _ in range(GLOBAL_DRAWS)]
+    means = draws[0]
+    for name in [name for name in means.nodes if name not in global_sites]:
+        means.remove_node(name)
+    for name, node in means.nodes.items():
+        if torch.is_floating_point(node["value"]):
+            node["value"] = torch.stack([draw.nodes[name]["value"] for draw in draws]).mean(0)
+    return means
+
+
+def _run_checks(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], replicated: tuple[str, ...],
                 observed: Mapping[str, torch.Tensor], statistics: Mapping[str, Mapping[str, Statistic]],
                 num_samples: int, marginal_samples: int, prefix: str, draws: _Draws | None,
-                update: Callable[[], None]) -> tuple[_Tests, _Tests, dict[str, torch.Tensor]]:
+                update: Callable[[], None], global_sites: frozenset[str]) -> tuple[_Tests, _Tests, dict[str, torch.Tensor]]:
     """Draw the marginal replicates (the first is the nearest-neighbour anchor), then the
     per-point ones, counting both checks' PITs; ``draws`` collects the per-point replicates."""
     replicate_model = replicate_sites(replicated)(model.model)
+    if global_sites:  # the global latents at their posterior means, in every marginal replicate
+        replicate_model = poutine.replay(replicate_model, trace=_global_means(model, data, global_sites))
     anchor = _replicate(poutine.trace(replicate_model).get_trace(**data), replicated)
     update()
     neighbours = {site: anchor[site] for site in replicated
@@ -205,7 +267,7 @@ def _positive_int(name: str, value: object, least: int) -> int:
 
 @torch.no_grad()
 def posterior_predictive_check(
-    model: torch.nn.Module,
+    model: torch.nn.Module | Callable,
     data: Mapping[str, torch.Tensor],
     statistics: Mapping[str, Statistic] | Mapping[str, Mapping[str, Statistic]] | None = None,
     num_samples: int = 20,
@@ -214,6 +276,7 @@ def posterior_predictive_check(
     progress: bool = True,
     sites: Sequence[str] | None = None,
     *,
+    guide: Callable | None = None,
     marginal_samples: int = 50,
     held_out: Mapping[str, torch.Tensor] | None = None,
     level: float = 0.05,
@@ -236,7 +299,8 @@ def posterior_predictive_check(
     >>> print(check.verdict)  # the strongest finding; check.findings lists them all  # doctest: +ELLIPSIS
     misfit: x/... (marginal check): ... higher than the model's draws (...)...
 
-    :param model: any module with ``model(**data)`` / ``guide(**data)`` (every model here).
+    :param model: any object with ``model(**data)`` / ``guide(**data)`` methods (every model
+        here), or, with ``guide`` given, a Pyro model callable (a function, a method).
     :param data: the batch keyword arguments, e.g. ``{"x": x (N, 1, 28, 28)}`` or, for
         PartedVAE with labels, ``{"x": x, "y": y (N,)}`` (the classes stay the given ones).
     :param statistics: ``{name: T}`` for a single replicated site, or ``{site: {name: T}}``;
@@ -254,12 +318,17 @@ def posterior_predictive_check(
     :param sites: the observed sites to replicate; default: those that observe a tensor of
         ``data`` (:func:`~ppl_vae.checks.replicates.data_sites`). Every other observed site
         stays observed.
+    :param guide: the guide of the model callable ``model`` (a function, an autoguide such as
+        ``AutoNormal(model)``), as Pyro's ``Predictive(model, guide=guide)`` takes it; ``None``
+        when ``model`` has a ``guide`` method. Modules among the model and guide (and the
+        modules they are methods of) are in eval mode during the check.
     :param marginal_samples: R, the marginal replicates (z from the prior), besides the one
         that anchors the nearest-neighbour distances.
     :param held_out: data the model was not fitted on, with the same keys as ``data``: both
         checks run on it too (tests named ``"held-out marginal"``, ``"held-out per-point"``).
     :param level: the family-wise false-alarm rate of the verdict, in (0, 1).
-    :raises ValueError: bad arguments, no site to replicate, or data outside the support of a
+    :raises ValueError: bad arguments (a ``model`` without ``model`` and ``guide`` methods
+        and no ``guide``), no site to replicate, or data outside the support of a
         replicated site's likelihood (e.g. grey levels under a Bernoulli likelihood).
     """
     _positive_int("num_samples", num_samples, 2)
@@ -271,13 +340,13 @@ def posterior_predictive_check(
     if held_out is not None and set(held_out) != set(data):
         raise ValueError(f"held_out must have the keys of data {sorted(data)}, got {sorted(held_out)}")
     rng = np.random.default_rng(seed)
-    was_training = model.training
-    model.eval()
+    model = _ModelAndGuide(model, guide)
+    was_training = model.eval()
     result = PPCResult(level=float(level))
     data_sets = [("", data)] + ([("held-out ", held_out)] if held_out is not None else [])
     try:
         with poutine.seed(rng_seed=seed):
-            replicated, result.observed = _check_data(model, data, sites)
+            replicated, result.observed, global_sites = _check_data(model, data, sites)
             result.sites = replicated
             by_site = statistics_by_site(statistics, replicated, result.observed)
             draws = _Draws(replicated, keep_replicates)
@@ -287,11 +356,11 @@ def posterior_predictive_check(
                     observed = result.observed if not prefix else _check_data(model, tensors, replicated)[1]
                     marginal, per_point, anchor = _run_checks(
                         model, tensors, replicated, observed, by_site, num_samples, marginal_samples, prefix,
-                        draws if not prefix else None, bar.update)
+                        draws if not prefix else None, bar.update, global_sites)
                     result.tests += marginal.tests(rng) + per_point.tests(rng)
                     if not prefix:
                         result.marginal_replicates = anchor
     finally:
-        model.train(was_training)
+        model.restore(was_training)
     draws.fill(result, by_site)
     return result
