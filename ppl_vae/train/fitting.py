@@ -109,7 +109,12 @@ def _set_up(
     rank 0) prepare the run directory; raises on the first problem."""
     for name in ("model", "guide"):
         if not callable(getattr(model, name, None)):
-            raise TypeError(f"model must have a callable {name}() method; got {type(model).__name__}")
+            given = type(model).__name__ + (f" {model.__name__!r}" if hasattr(model, "__name__") else "")
+            raise TypeError(
+                f"model must be a module with model() and guide() methods (every model of ppl_vae.models, or an "
+                f"nn.Module of yours holding a Pyro model and its guide as methods); got {given}, which has no "
+                f"{name}() method"
+            )
     if not hasattr(objective, "differentiable_loss"):
         raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
     if resume and run_dir is None:

@@ -1,5 +1,5 @@
 """fit says what the command line says: close names for an unknown setting, the data's own
-name for NaN, and $PPL_VAE_NUM_THREADS."""
+name for NaN, and $PPL_VAE_NUM_THREADS; a model function is refused with what fit takes."""
 import pytest
 import torch
 from pyro.infer import TraceMeanField_ELBO
@@ -51,3 +51,12 @@ def test_fit_trains_with_the_threads_of_ppl_vae_num_threads(data, monkeypatch):
             fit(small_vae(), TraceMeanField_ELBO(), data, steps=1, **FAST)
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_pyro_model_function_is_refused_with_the_module_fit_takes(data):
+    def model(x):
+        pass
+
+    with pytest.raises(TypeError, match=r"^model must be a module with model\(\) and guide\(\) methods .* an nn.Module "
+                                        r"of yours .*; got function 'model', which has no model\(\) method$"):
+        fit(model, TraceMeanField_ELBO(), data, steps=1, **FAST)
