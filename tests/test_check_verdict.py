@@ -272,3 +272,23 @@ def test_a_model_function_without_its_guide_is_refused_naming_guide():
         posterior_predictive_check(counts_model, {"x": torch.ones(4, 5)}, **QUICK)
     with pytest.raises(ValueError, match="model and guide must be callables"):
         posterior_predictive_check(counts_model, {"x": torch.ones(4, 5)}, guide="AutoNormal", **QUICK)
+
+
+def test_the_latents_of_a_model_whose_data_lie_in_no_plate_are_all_drawn_from_the_prior():
+    from pyro import poutine
+
+    from ppl_vae.checks.replicates import global_latents
+
+    def plated(x):
+        mu = pyro.sample("mu", dist.Normal(0.0, 1.0))
+        with pyro.plate("points", x.shape[0]):
+            z = pyro.sample("z", dist.Normal(mu, 1.0))
+            pyro.sample("x", dist.Normal(z, 1.0), obs=x)
+
+    def unplated(x):
+        z = pyro.sample("z", dist.Normal(0.0, 1.0).expand([x.shape[0]]).to_event(1))
+        pyro.sample("x", dist.Normal(z, 1.0).to_event(1), obs=x)
+
+    x = torch.zeros(4)
+    assert global_latents(poutine.trace(plated).get_trace(x), ["x"]) == {"mu"}
+    assert global_latents(poutine.trace(unplated).get_trace(x), ["x"]) == frozenset()

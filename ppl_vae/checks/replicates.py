@@ -89,14 +89,18 @@ def replicated_sites(trace: Trace, data: Mapping[str, Any], sites: Sequence[str]
 
 def global_latents(trace: Trace, replicated: Sequence[str]) -> frozenset[str]:
     """The latent sample sites of ``trace`` outside every plate of the ``replicated`` sites:
-    the model's global latents (a rate shared by all points, a regression's weights), which a
-    marginal replicate draws from the guide, as against the points' own latents (a VAE's z, in
-    the data's plate), which it draws from the prior.
+    the model's global latents (a rate shared by all points, a regression's weights), which the
+    marginal replicates hold at their posterior mean, as against the points' own latents (a
+    VAE's z, in the data's plate), which they draw from the prior. None where the replicated
+    sites lie in no plate: without plates the points' own latents cannot be told from global
+    ones, and every latent is drawn from the prior.
 
     :param trace: a trace of the model run on the data.
     :param replicated: the replicated observed sites.
     """
     data_plates = {frame.name for site in replicated for frame in trace.nodes[site]["cond_indep_stack"]}
+    if not data_plates:
+        return frozenset()
     return frozenset(
         name
         for name, node in trace.nodes.items()
