@@ -310,7 +310,11 @@ def posterior_predictive_check(
         :func:`~ppl_vae.checks.statistics.per_point`) enter the verdict; use
         :class:`~ppl_vae.checks.statistics.per_class_mass` for labelled data.
     :param num_samples: S, the per-point replicates (one z ~ q(z | x) each).
-    :param seed: seed of the draws (the result repeats exactly).
+    :param seed: seed of the draws (the result repeats exactly). The check seeds the global
+        random generators with it (``pyro.set_rng_seed``) and restores them after, so data
+        simulated right after ``pyro.set_rng_seed(seed)`` with the same number can share the
+        check's random stream: their replicates then copy the data (Poisson counts do), and the
+        check reads that as a misfit. Simulate test data under another seed.
     :param keep_replicates: how many per-point replicate data sets to return (for pictures; all
         of them for :meth:`PPCResult.to_inference_data` to hold the data itself).
     :param progress: show the progress over the replicates: a bar when stderr is a terminal,
