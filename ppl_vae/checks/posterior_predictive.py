@@ -8,7 +8,7 @@ labels, stay observed):
 
 A global latent theta (outside the plates of the replicated sites: shared by all points) stands
 in the marginal replicates at its posterior mean under the guide, ``E_q[theta]`` (the mean of
-:data:`GLOBAL_DRAWS` draws), fitted to the data as a decoder's weights are, and the points' own
+``GLOBAL_DRAWS`` = 64 draws), fitted to the data as a decoder's weights are, and the points' own
 latents are drawn from ``p(z | E_q[theta])``. Drawn from its prior it would make the marginal
 check a prior predictive check, which every fitted model fails; drawn from q anew for each
 replicate it would move all the points of a replicate together, which the tests, taking the
@@ -219,7 +219,7 @@ def _check_data(
 
 def _global_means(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], global_sites: frozenset[str]) -> Trace:
     """A trace of the global latents at their posterior means: each the mean of
-    :data:`GLOBAL_DRAWS` draws of the guide (a latent that is not floating point, the first
+    ``GLOBAL_DRAWS`` draws of the guide (a latent that is not floating point, the first
     draw's value)."""
     draws = [poutine.trace(model.guide).get_trace(**data) for _ in range(GLOBAL_DRAWS)]
     means = draws[0]
