@@ -259,6 +259,27 @@ def test_a_users_model_function_with_an_autoguide_is_checked_with_guide_and_told
     assert result.misfit and "too narrow" in {finding.direction for finding in result.findings}
 
 
+def test_counts_simulated_right_after_seeding_with_the_checks_own_seed_are_called_a_fit():
+    """The check's streams derive from ``seed``: seeded with 0 itself, the replicates of these
+    counts replayed the data's draws, and the nearest-neighbour test called the fit a misfit."""
+    from pyro.infer.autoguide import AutoNormal
+
+    pyro.set_rng_seed(0)
+    counts = dist.Poisson(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])).sample((300,))
+    pyro.clear_param_store()
+    guide = AutoNormal(counts_model)
+    svi = SVI(counts_model, guide, Adam({"lr": 0.05}), TraceMeanField_ELBO())
+    for _ in range(1000):
+        svi.step(counts)
+    assert not posterior_predictive_check(counts_model, {"x": counts}, guide=guide, seed=0, **QUICK).misfit
+
+
+def test_a_negative_or_fractional_seed_is_refused_naming_seed():
+    for seed in (-1, 0.5):
+        with pytest.raises(ValueError, match=r"seed must be an integer >= 0"):
+            posterior_predictive_check(counts_model, {"x": torch.ones(4, 5)}, guide=counts_model, seed=seed, **QUICK)
+
+
 def test_a_model_and_guide_given_as_callables_are_checked_as_the_module_that_holds_them():
     torch.manual_seed(0)
     model = LinearGaussian(torch.randn(5, 2), sigma=0.5)

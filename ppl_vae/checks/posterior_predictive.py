@@ -53,6 +53,9 @@ from ppl_vae.infer.observations import check_observations_in_support
 NEIGHBOUR_FEATURES = 64
 #: Draws of the guide whose mean places a global latent in the marginal replicates.
 GLOBAL_DRAWS = 64
+#: Mixed with the check's ``seed`` into the seeds of its random streams, so that they differ
+#: from the streams of ``pyro.set_rng_seed(seed)`` and ``np.random.default_rng(seed)``.
+_STREAM_TAG = 0x50_50_43
 _DISTANCE_SENTENCES = {
     "distance_to_model": (
         "the data lie farther from the model's draws than its own draws do: data where the model puts little mass",
@@ -259,6 +262,16 @@ def _run_checks(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], replica
     return marginal, per_point, {site: value.cpu() for site, value in anchor.items()}
 
 
+def _streams(seed: int) -> tuple[int, np.random.Generator]:
+    """The check's torch/Pyro seed and NumPy generator, both derived from ``seed``.
+
+    Seeding with ``seed`` itself would replay the stream of data simulated right after
+    ``pyro.set_rng_seed(seed)``: replicates of Poisson counts would then copy the data.
+    """
+    sequence = np.random.SeedSequence([_STREAM_TAG, seed])
+    return int(sequence.generate_state(1)[0]), np.random.default_rng(sequence)  # < 2**32, as np.random.seed takes
+
+
 def _positive_int(name: str, value: object, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
@@ -310,11 +323,10 @@ def posterior_predictive_check(
         :func:`~ppl_vae.checks.statistics.per_point`) enter the verdict; use
         :class:`~ppl_vae.checks.statistics.per_class_mass` for labelled data.
     :param num_samples: S, the per-point replicates (one z ~ q(z | x) each).
-    :param seed: seed of the draws (the result repeats exactly). The check seeds the global
-        random generators with it (``pyro.set_rng_seed``) and restores them after, so data
-        simulated right after ``pyro.set_rng_seed(seed)`` with the same number can share the
-        check's random stream: their replicates then copy the data (Poisson counts do), and the
-        check reads that as a misfit. Simulate test data under another seed.
+    :param seed: seed of the draws, an integer >= 0 (the result repeats exactly). The check
+        seeds the global random generators with a number derived from it (not ``seed`` itself,
+        whose stream data simulated after ``pyro.set_rng_seed(seed)`` may share) and restores
+        them after.
     :param keep_replicates: how many per-point replicate data sets to return (for pictures; all
         of them for :meth:`PPCResult.to_inference_data` to hold the data itself).
     :param progress: show the progress over the replicates: a bar when stderr is a terminal,
@@ -343,13 +355,13 @@ def posterior_predictive_check(
         raise ValueError(f"level must be a number in (0, 1), got {level!r}")
     if held_out is not None and set(held_out) != set(data):
         raise ValueError(f"held_out must have the keys of data {sorted(data)}, got {sorted(held_out)}")
-    rng = np.random.default_rng(seed)
+    torch_seed, rng = _streams(_positive_int("seed", seed, 0))
     model = _ModelAndGuide(model, guide)
     was_training = model.eval()
     result = PPCResult(level=float(level))
     data_sets = [("", data)] + ([("held-out ", held_out)] if held_out is not None else [])
     try:
-        with poutine.seed(rng_seed=seed):
+        with poutine.seed(rng_seed=torch_seed):
             replicated, result.observed, global_sites = _check_data(model, data, sites)
             result.sites = replicated
             by_site = statistics_by_site(statistics, replicated, result.observed)
