@@ -48,6 +48,7 @@ from ppl_vae.checks.replicates import global_latents, replicate_sites, replicate
 from ppl_vae.checks.result import PPCResult, StatisticCheck, mid_p_value
 from ppl_vae.checks.statistics import Statistic, is_image, is_per_point
 from ppl_vae.infer.observations import check_observations_in_support
+from ppl_vae.models.pair import model_and_guide
 
 #: Vectors with at most this many features get the nearest-neighbour distance tests.
 NEIGHBOUR_FEATURES = 64
@@ -176,42 +177,24 @@ def _replicate(trace: Trace, sites: Sequence[str]) -> dict[str, torch.Tensor]:
     return {site: trace.nodes[site]["value"] for site in sites}
 
 
-class _ModelAndGuide:
-    """The model and guide callables a check runs, and the modules among them (set to eval mode
-    for the check, then back)."""
+class _EvalMode:
+    """Every module of ``pair`` in eval mode for the check, each set back to its own mode after."""
 
-    def __init__(self, model: object, guide: Callable | None) -> None:
-        if guide is None:
-            if not (callable(getattr(model, "model", None)) and callable(getattr(model, "guide", None))):
-                raise ValueError(
-                    "model must have model and guide methods (every model of the library), or be a Pyro model "
-                    f"callable given with its guide (guide=); got {type(model).__name__} {model!r:.80} without guide="
-                )
-            self.model, self.guide = model.model, model.guide
-            owners = [model]
-        else:
-            if not callable(model) or not callable(guide):
-                raise ValueError(f"with guide= given, model and guide must be callables (a Pyro model and its "
-                                 f"guide); got {type(model).__name__} and {type(guide).__name__}")
-            self.model, self.guide = model, guide
-            owners = [model, guide, getattr(model, "__self__", None), getattr(guide, "__self__", None)]
-        self.modules = list({id(m): m for m in owners if isinstance(m, torch.nn.Module)}.values())
+    def __init__(self, pair: object) -> None:
+        self.modules = list(pair.modules()) if isinstance(pair, torch.nn.Module) else []
 
-    def eval(self) -> list[bool]:
-        """Set every module to eval mode; their training flags before."""
-        was_training = [module.training for module in self.modules]
+    def __enter__(self) -> None:
+        self.training = [module.training for module in self.modules]
         for module in self.modules:
             module.eval()
-        return was_training
 
-    def restore(self, was_training: list[bool]) -> None:
-        """Set the modules back to the training flags :meth:`eval` returned."""
-        for module, training in zip(self.modules, was_training, strict=True):
+    def __exit__(self, *exc: object) -> None:
+        for module, training in zip(self.modules, self.training, strict=True):  # parents before children
             module.train(training)
 
 
 def _check_data(
-    model: _ModelAndGuide, data: Mapping[str, torch.Tensor], sites: Sequence[str] | None
+    model: object, data: Mapping[str, torch.Tensor], sites: Sequence[str] | None
 ) -> tuple[tuple[str, ...], dict[str, torch.Tensor], frozenset[str]]:
     """The replicated sites, their observed values and the model's global latents."""
     trace = poutine.trace(model.model).get_trace(**data)
@@ -220,7 +203,7 @@ def _check_data(
     return replicated, {site: trace.nodes[site]["value"].cpu() for site in replicated}, global_latents(trace, replicated)
 
 
-def _global_means(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], global_sites: frozenset[str]) -> Trace:
+def _global_means(model: object, data: Mapping[str, torch.Tensor], global_sites: frozenset[str]) -> Trace:
     """A trace of the global latents at their posterior means: each the mean of
     ``GLOBAL_DRAWS`` draws of the guide (a latent that is not floating point, the first
     draw's value)."""
@@ -234,7 +217,7 @@ def _global_means(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], globa
     return means
 
 
-def _run_checks(model: _ModelAndGuide, data: Mapping[str, torch.Tensor], replicated: tuple[str, ...],
+def _run_checks(model: object, data: Mapping[str, torch.Tensor], replicated: tuple[str, ...],
                 observed: Mapping[str, torch.Tensor], statistics: Mapping[str, Mapping[str, Statistic]],
                 num_samples: int, marginal_samples: int, prefix: str, draws: _Draws | None,
                 update: Callable[[], None], global_sites: frozenset[str]) -> tuple[_Tests, _Tests, dict[str, torch.Tensor]]:
@@ -336,15 +319,17 @@ def posterior_predictive_check(
         stays observed.
     :param guide: the guide of the model callable ``model`` (a function, an autoguide such as
         ``AutoNormal(model)``), as Pyro's ``Predictive(model, guide=guide)`` takes it; ``None``
-        when ``model`` has a ``guide`` method. Modules among the model and guide (and the
-        modules they are methods of) are in eval mode during the check.
+        when ``model`` has a ``guide`` method. The two are checked as a
+        :class:`~ppl_vae.models.ModelAndGuide`. Every module of ``model`` (of the pair) is in
+        eval mode during the check and back in its own mode after.
     :param marginal_samples: R, the marginal replicates (z from the prior), besides the one
         that anchors the nearest-neighbour distances.
     :param held_out: data the model was not fitted on, with the same keys as ``data``: both
         checks run on it too (tests named ``"held-out marginal"``, ``"held-out per-point"``).
     :param level: the family-wise false-alarm rate of the verdict, in (0, 1).
-    :raises ValueError: bad arguments (a ``model`` without ``model`` and ``guide`` methods
-        and no ``guide``), no site to replicate, or data outside the support of a
+    :raises TypeError: a ``model`` without ``model`` and ``guide`` methods and no ``guide``
+        (:func:`~ppl_vae.models.model_and_guide`).
+    :raises ValueError: bad arguments, no site to replicate, or data outside the support of a
         replicated site's likelihood (e.g. grey levels under a Bernoulli likelihood).
     """
     _positive_int("num_samples", num_samples, 2)
@@ -356,27 +341,23 @@ def posterior_predictive_check(
     if held_out is not None and set(held_out) != set(data):
         raise ValueError(f"held_out must have the keys of data {sorted(data)}, got {sorted(held_out)}")
     torch_seed, rng = _streams(_positive_int("seed", seed, 0))
-    model = _ModelAndGuide(model, guide)
-    was_training = model.eval()
+    pair = model_and_guide(model, guide)
     result = PPCResult(level=float(level))
     data_sets = [("", data)] + ([("held-out ", held_out)] if held_out is not None else [])
-    try:
-        with poutine.seed(rng_seed=torch_seed):
-            replicated, result.observed, global_sites = _check_data(model, data, sites)
-            result.sites = replicated
-            by_site = statistics_by_site(statistics, replicated, result.observed)
-            draws = _Draws(replicated, keep_replicates)
-            total = len(data_sets) * (1 + marginal_samples + num_samples)
-            with Progress(total, "posterior predictive check", progress, "replicates") as bar:
-                for prefix, tensors in data_sets:
-                    observed = result.observed if not prefix else _check_data(model, tensors, replicated)[1]
-                    marginal, per_point, anchor = _run_checks(
-                        model, tensors, replicated, observed, by_site, num_samples, marginal_samples, prefix,
-                        draws if not prefix else None, bar.update, global_sites)
-                    result.tests += marginal.tests(rng) + per_point.tests(rng)
-                    if not prefix:
-                        result.marginal_replicates = anchor
-    finally:
-        model.restore(was_training)
+    with _EvalMode(pair), poutine.seed(rng_seed=torch_seed):
+        replicated, result.observed, global_sites = _check_data(pair, data, sites)
+        result.sites = replicated
+        by_site = statistics_by_site(statistics, replicated, result.observed)
+        draws = _Draws(replicated, keep_replicates)
+        total = len(data_sets) * (1 + marginal_samples + num_samples)
+        with Progress(total, "posterior predictive check", progress, "replicates") as bar:
+            for prefix, tensors in data_sets:
+                observed = result.observed if not prefix else _check_data(pair, tensors, replicated)[1]
+                marginal, per_point, anchor = _run_checks(
+                    pair, tensors, replicated, observed, by_site, num_samples, marginal_samples, prefix,
+                    draws if not prefix else None, bar.update, global_sites)
+                result.tests += marginal.tests(rng) + per_point.tests(rng)
+                if not prefix:
+                    result.marginal_replicates = anchor
     draws.fill(result, by_site)
     return result

@@ -1,8 +1,10 @@
-"""Models: each a :class:`~pyro.nn.PyroModule` with ``model`` and ``guide`` methods."""
+"""Models: each a :class:`~pyro.nn.PyroModule` with ``model`` and ``guide`` methods; :class:`ModelAndGuide` holds a
+Pyro model and guide given as callables in the same form."""
 from ppl_vae.models.baselines import ContrastivePCA
 from ppl_vae.models.contrastive import ContrastiveVAE, check_contrastive_data
 from ppl_vae.models.decomposition import DecompositionVAE
 from ppl_vae.models.likelihoods import COUNT_LIKELIHOODS, LIKELIHOODS, CountLikelihood, likelihood, likelihood_mean
+from ppl_vae.models.pair import ModelAndGuide, model_and_guide
 from ppl_vae.models.parted import PartedVAE
 from ppl_vae.models.vae import VAE, StandardNormalPrior
 
@@ -14,9 +16,11 @@ __all__ = [
     "ContrastiveVAE",
     "CountLikelihood",
     "DecompositionVAE",
+    "ModelAndGuide",
     "PartedVAE",
     "StandardNormalPrior",
     "check_contrastive_data",
     "likelihood",
     "likelihood_mean",
+    "model_and_guide",
 ]

@@ -1,15 +1,49 @@
-"""The check :func:`~ppl_vae.fit` makes before training: one trace of the guide and the model on
-the first batch."""
+"""What :func:`~ppl_vae.fit` does with the first batch before training: create an autoguide's
+parameters, and check one trace of the guide and the model."""
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pyro
 import torch
 from pyro import poutine
 
 from ppl_vae.infer.observations import check_observations_in_support
+from ppl_vae.infer.steps import auxiliary_steps
+from ppl_vae.models.pair import ModelAndGuide
+from ppl_vae.train.batches import TensorBatches
 from ppl_vae.train.module import SVIModule
 
-__all__ = ["check_first_batch"]
+__all__ = ["check_first_batch", "create_guide_parameters", "first_inputs"]
+
+
+def first_inputs(batches: TensorBatches, groups: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The tensors of ``groups`` in the first batch of ``batches``, by key (the keyword arguments
+    of the model and guide); ``batches`` is put back at its start.
+
+    :param batches: the run's batches, before training.
+    :param groups: the data groups the ELBO step reads."""
+    start = batches.start
+    first = next(iter(batches))
+    batches.seek(start)
+    return {key: value for name in groups for key, value in first[name].items()}
+
+
+def create_guide_parameters(pair: ModelAndGuide, objective: object, batches: TensorBatches) -> None:
+    """Call the guide of ``pair`` once on the first batch, so that an autoguide creates its
+    parameters before the optimisers are built over them (as Pyro's autoguides are used with
+    a torch optimiser: ``guide(data)``, then ``Adam(guide.parameters())``). No gradient is
+    taken and torch's CPU random state is forked, so training draws what it would have drawn.
+
+    :param pair: the model and guide.
+    :param objective: the ELBO (the data groups its auxiliary steps take are not the guide's).
+    :param batches: the run's batches, before training."""
+    if batches.num_batches == 0:
+        return
+    claimed = {step.data_group for step in auxiliary_steps(objective, pair)}
+    inputs = first_inputs(batches, [group for group in batches.groups if group not in claimed])
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        pair.guide(**inputs)
 
 
 def check_first_batch(module: SVIModule) -> None:
@@ -32,10 +66,7 @@ def check_first_batch(module: SVIModule) -> None:
     batches, model = module.batches, module.model
     if batches.num_batches == 0:
         return
-    start = batches.start
-    first = next(iter(batches))
-    batches.seek(start)
-    inputs = {key: value for name in module.elbo_groups for key, value in first[name].items()}
+    inputs = first_inputs(batches, module.elbo_groups)
     store = pyro.get_param_store()
     with store.scope(), torch.random.fork_rng(devices=[]), torch.no_grad(), pyro.validation_enabled(False):
         guide_trace = poutine.trace(model.guide).get_trace(**inputs)

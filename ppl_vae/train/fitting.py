@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ from lightning.pytorch.loggers import Logger, TensorBoardLogger
 from torch import nn
 
 from ppl_vae._validation import boolean, did_you_mean, positive_integer, shown, threads_from_environment
+from ppl_vae.models.pair import ModelAndGuide, model_and_guide
 from ppl_vae.train.accelerators import lightning_devices, warn_if_bf16_is_slow
 from ppl_vae.train.batches import BatchBlocks, TensorBatches, as_groups
 from ppl_vae.train.checkpoint import AtomicCheckpointIO, IterationCheckpoint, check_resumable, read_checkpoint
@@ -26,7 +27,7 @@ from ppl_vae.train.distributed import (
     launched_by_a_launcher,
     training_strategy,
 )
-from ppl_vae.train.first_batch import check_first_batch
+from ppl_vae.train.first_batch import check_first_batch, create_guide_parameters
 from ppl_vae.train.metrics import CSVMetricsLogger
 from ppl_vae.train.module import SVIModule
 from ppl_vae.train.progress_bar import with_progress_bar
@@ -107,14 +108,8 @@ def _set_up(
 ) -> _Setup:
     """Check the inputs, build the training module, read the checkpoint resumed from, and (on
     rank 0) prepare the run directory; raises on the first problem."""
-    for name in ("model", "guide"):
-        if not callable(getattr(model, name, None)):
-            given = type(model).__name__ + (f" {model.__name__!r}" if hasattr(model, "__name__") else "")
-            raise TypeError(
-                f"model must be a module with model() and guide() methods (every model of ppl_vae.models, or an "
-                f"nn.Module of yours holding a Pyro model and its guide as methods); got {given}, which has no "
-                f"{name}() method"
-            )
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module whose parameters fit trains, got {type(model).__name__}")
     if not hasattr(objective, "differentiable_loss"):
         raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
     if resume and run_dir is None:
@@ -123,6 +118,8 @@ def _set_up(
         as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes,
         binarize=config.binarize,
     )
+    if isinstance(model, ModelAndGuide):
+        create_guide_parameters(model, objective, batches)
     module = SVIModule(model, objective, config, batches, elbo_arguments)
     check_first_batch(module)
     if run_dir is None:
@@ -178,6 +175,7 @@ def fit(
     weights_only: bool = True,
     elbo_arguments: Mapping[str, Any] | None = None,
     threads: int | None = None,
+    guide: Callable | None = None,
     **overrides: Any,
 ) -> FitResult:
     """Train ``model`` on ``objective`` by SVI with Lightning.
@@ -202,7 +200,8 @@ def fit(
     >>> tmp.cleanup()
 
     :param model: a module with ``model(**batch)`` and ``guide(**batch)`` methods
-        (every model in :mod:`ppl_vae.models`).
+        (every model in :mod:`ppl_vae.models`), or, with ``guide`` given, a Pyro model
+        callable (a function, a method).
     :param objective: a Pyro ELBO (``TraceMeanField_ELBO()``, or one of
         :mod:`ppl_vae.infer`'s objectives, which may declare auxiliary steps).
     :param data: named training tensors: ``{"x": X}``; unpaired groups such as
@@ -234,6 +233,12 @@ def fit(
     :param threads: the number of torch CPU threads (``torch.set_num_threads``) to train with,
         1 where other processes share the CPU; ``None``: ``$PPL_VAE_NUM_THREADS`` when it is
         set (as for ``ppl-vae``), else torch's choice is left as it is.
+    :param guide: the guide of the model callable ``model`` (an autoguide such as
+        ``AutoNormal(model)``, a function, a method), as Pyro's ``SVI(model, guide, ...)`` takes
+        it; ``None`` when ``model`` has a ``guide`` method. The two are held as a
+        :class:`~ppl_vae.models.ModelAndGuide`, whose parameters (an autoguide's, those of a
+        module whose method the model or guide is) are trained in place; the result's
+        ``model`` is that pair.
     :param overrides: fields of :class:`TrainConfig` to replace (``lr=1e-3``, ``batch_size=256``),
         applied to ``config`` or to the defaults; an unknown name raises a ``TypeError`` that
         suggests the close ones (``learning_rate`` -> ``'lr'``).
@@ -262,6 +267,7 @@ def fit(
     """
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("weights_only", weights_only)):
         boolean(name, flag)
+    model = model_and_guide(model, guide)
     config = _configured(config, overrides)
     accelerator, devices = lightning_devices(config)
     threads = threads_from_environment() if threads is None else positive_integer("threads", threads)

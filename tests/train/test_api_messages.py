@@ -53,10 +53,23 @@ def test_fit_trains_with_the_threads_of_ppl_vae_num_threads(data, monkeypatch):
         torch.set_num_threads(threads)
 
 
-def test_a_pyro_model_function_is_refused_with_the_module_fit_takes(data):
+def test_a_pyro_model_function_without_its_guide_is_refused_with_what_fit_takes(data):
     def model(x):
         pass
 
-    with pytest.raises(TypeError, match=r"^model must be a module with model\(\) and guide\(\) methods .* an nn.Module "
-                                        r"of yours .*; got function 'model', which has no model\(\) method$"):
+    with pytest.raises(TypeError, match=r"^model must have model\(\) and guide\(\) methods .* an nn.Module of yours .*, "
+                                        r"or be a Pyro model callable given with its guide \(guide=\); got function 'model', "
+                                        r"which has no model\(\) method$"):
         fit(model, TraceMeanField_ELBO(), data, steps=1, **FAST)
+
+
+def test_an_object_with_model_and_guide_methods_that_is_not_a_module_is_refused(data):
+    class Plain:
+        def model(self, x):
+            pass
+
+        def guide(self, x):
+            pass
+
+    with pytest.raises(TypeError, match=r"^model must be an nn.Module whose parameters fit trains, got Plain$"):
+        fit(Plain(), TraceMeanField_ELBO(), data, steps=1, **FAST)

@@ -1,0 +1,97 @@
+"""fit trains a user's Pyro model function with its guide, as ``SVI(model, guide, ...)`` takes
+them: an autoguide's parameters are created on the first batch and trained in place, entries an
+earlier run left in Pyro's parameter store do not take their place, the run resumes exactly, and
+the posterior predictive check takes the same pair."""
+import pyro
+import pyro.distributions as dist
+import pytest
+import torch
+from pyro.infer.autoguide import AutoNormal
+from test_engine import Interrupt, InterruptAt
+
+from ppl_vae import fit
+from ppl_vae.checks import posterior_predictive_check
+from ppl_vae.infer import MeanFieldELBO
+from ppl_vae.models import VAE, ModelAndGuide
+from ppl_vae.nn import MLP, mlp_decoder
+
+RATES = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+SETTINGS = dict(steps=300, batch_size=500, lr=0.05, progress_bar=False, log_every_n_steps=50)
+
+
+def counts_model(x: torch.Tensor) -> None:
+    """Counts (N, 5) at five rates every point shares."""
+    log_rate = pyro.sample("log_rate", dist.Normal(torch.zeros(5), 2.0).to_event(1))
+    with pyro.plate("points", x.shape[0]):
+        pyro.sample("x", dist.Poisson(log_rate.exp()).to_event(1), obs=x)
+
+
+@pytest.fixture
+def counts() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return {"x": torch.poisson(RATES.expand(500, 5), generator=generator)}
+
+
+def fitted_rates(guide: AutoNormal) -> torch.Tensor:
+    return guide.median()["log_rate"].exp()
+
+
+def test_a_model_function_and_its_autoguide_are_fitted_in_place(counts):
+    guide = AutoNormal(counts_model)
+    result = fit(counts_model, MeanFieldELBO(), counts, guide=guide, **SETTINGS)
+    assert isinstance(result.model, ModelAndGuide) and list(result.model.parts) == [guide]
+    assert torch.allclose(fitted_rates(guide), counts["x"].mean(0), rtol=0.05)
+    assert result.history[-1]["elbo_loss"] < result.history[0]["elbo_loss"]
+
+
+def test_entries_an_earlier_run_left_in_pyros_store_neither_replace_the_guides_parameters_nor_change(counts):
+    pyro.clear_param_store()
+    stale = pyro.param("AutoNormal.locs.log_rate", torch.full((5,), 3.0)).detach().clone()
+    try:
+        guide = AutoNormal(counts_model)
+        fit(counts_model, MeanFieldELBO(), counts, guide=guide, **SETTINGS)
+        assert torch.allclose(fitted_rates(guide), counts["x"].mean(0), rtol=0.05)
+        assert torch.equal(pyro.param("AutoNormal.locs.log_rate").detach(), stale)
+    finally:
+        pyro.clear_param_store()
+
+
+def test_a_model_function_with_its_guide_resumes_exactly(counts, tmp_path):
+    settings = {**SETTINGS, "steps": 40, "batch_size": 100, "checkpoint_every_n_steps": 10, "log_every_n_steps": 10}
+    whole = AutoNormal(counts_model)
+    straight = fit(counts_model, MeanFieldELBO(), counts, guide=whole, **settings)
+    with pytest.raises(Interrupt):
+        fit(counts_model, MeanFieldELBO(), counts, guide=AutoNormal(counts_model), run_dir=tmp_path / "run",
+            callbacks=[InterruptAt(25)], **settings)
+    resumed = AutoNormal(counts_model)
+    result = fit(counts_model, MeanFieldELBO(), counts, guide=resumed, run_dir=tmp_path / "run", resume=True, **settings)
+    assert result.steps == 40 and result.history == straight.history
+    assert torch.equal(resumed.locs.log_rate, whole.locs.log_rate)
+    assert torch.equal(resumed.scales.log_rate, whole.scales.log_rate)
+
+
+def test_the_fitted_pair_is_checked_as_its_model_and_guide_are(counts):
+    guide = AutoNormal(counts_model)
+    result = fit(counts_model, MeanFieldELBO(), counts, guide=guide, **SETTINGS)
+    quick = {"num_samples": 10, "marginal_samples": 30, "progress": False}
+    as_pair = posterior_predictive_check(result.model, counts, **quick).summary()
+    assert posterior_predictive_check(counts_model, counts, guide=guide, **quick).summary() == as_pair
+    assert not as_pair["misfit"]
+
+
+def test_a_guide_beside_a_model_with_its_own_guide_method_is_refused(counts):
+    vae = VAE(MLP([5, 8]), mlp_decoder(2, [8], (5,)), latent_dim=2)
+    with pytest.raises(TypeError, match=r"^model VAE has its own guide\(\) method; give it alone, or give its model "
+                                        r"method \(model.model\) with guide=$"):
+        fit(vae, MeanFieldELBO(), counts, guide=AutoNormal(vae.model), **SETTINGS)
+    with pytest.raises(TypeError, match=r"model and guide must be callables .* got function and str$"):
+        fit(counts_model, MeanFieldELBO(), counts, guide="AutoNormal", **SETTINGS)
+
+
+def test_every_module_of_a_checked_pair_goes_back_to_its_own_mode(counts):
+    guide = AutoNormal(counts_model)
+    pair = ModelAndGuide(counts_model, guide)
+    pair.guide(**counts)
+    guide.locs.train(False)  # one submodule in eval mode, the rest training
+    posterior_predictive_check(pair, counts, num_samples=5, marginal_samples=5, progress=False)
+    assert [module.training for module in pair.modules()] == [True, True, True, False, True]
