@@ -1,5 +1,6 @@
-"""Models: each a :class:`~pyro.nn.PyroModule` with ``model`` and ``guide`` methods; :class:`ModelAndGuide` holds a
-Pyro model and guide given as callables in the same form."""
+"""Models: each a :class:`~pyro.nn.PyroModule` with ``model`` and ``guide`` methods;
+:class:`~ppl_vae.models.ModelAndGuide` holds a Pyro model and guide given as callables in the
+same form."""
 from ppl_vae.models.baselines import ContrastivePCA
 from ppl_vae.models.contrastive import ContrastiveVAE, check_contrastive_data
 from ppl_vae.models.decomposition import DecompositionVAE
