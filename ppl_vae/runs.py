@@ -14,6 +14,7 @@ from torch import nn
 
 from ppl_vae._devices import available_device
 from ppl_vae._validation import shown
+from ppl_vae.models.pair import ModelAndGuide
 
 MODEL_PREFIX = "model."
 MAX_MODEL_INPUT = 2**24
@@ -58,6 +59,13 @@ def _load_weights(model: nn.Module, checkpoint_path: Path) -> None:
 
     checkpoint = read_checkpoint(checkpoint_path)
     state = {k[len(MODEL_PREFIX) :]: v for k, v in checkpoint["state_dict"].items() if k.startswith(MODEL_PREFIX)}
+    uncreated = sorted(set(state) - set(model.state_dict()))
+    if isinstance(model, ModelAndGuide) and uncreated:
+        raise CheckpointError(
+            f"checkpoint {checkpoint_path} holds parameters the model and guide have not created yet "
+            f"({shown(', '.join(uncreated), 200)}): an autoguide creates its parameters on its first call, so "
+            "call the guide once on a few data points (model.guide(x=x[:2])) before load_run"
+        )
     try:
         model.load_state_dict(state)
     except RuntimeError as error:
@@ -148,7 +156,10 @@ def load_run(
       names the recipe; the model is rebuilt from the saved settings (and the shapes and sizes
       of the training data saved with them), without loading the data unless ``with_data``.
     - A run of ``ppl_vae.fit(..., run_dir=...)``: pass ``model``, a module built as for that
-      run (same class and settings); its weights are replaced by the checkpoint's.
+      run (same class and settings); its weights are replaced by the checkpoint's. For a run of
+      a model function with its autoguide (``fit(..., guide=...)``) pass
+      ``ModelAndGuide(model, guide)``, the guide called once on a few data points first (an
+      autoguide creates its parameters on its first call).
 
     A recipe run needs only its directory (``run = ppl_vae.load_run("runs/parted")``, then
     ``run.model.encode(images)``). A ``fit`` run, here of two steps, needs its untrained model:

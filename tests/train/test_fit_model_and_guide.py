@@ -95,3 +95,18 @@ def test_every_module_of_a_checked_pair_goes_back_to_its_own_mode(counts):
     guide.locs.train(False)  # one submodule in eval mode, the rest training
     posterior_predictive_check(pair, counts, num_samples=5, marginal_samples=5, progress=False)
     assert [module.training for module in pair.modules()] == [True, True, True, False, True]
+
+
+def test_a_run_of_a_model_function_reloads_into_a_new_pair_once_its_guide_has_run(counts, tmp_path):
+    from ppl_vae import load_run
+    from ppl_vae.train import CheckpointError
+
+    guide = AutoNormal(counts_model)
+    fit(counts_model, MeanFieldELBO(), counts, guide=guide, run_dir=tmp_path / "run", **{**SETTINGS, "steps": 20})
+    fresh = ModelAndGuide(counts_model, AutoNormal(counts_model))
+    with pytest.raises(CheckpointError, match=r"parameters the model and guide have not created yet .*locs.log_rate.*"
+                                              r"call the guide once on a few data points"):
+        load_run(tmp_path / "run", model=fresh)
+    fresh.guide(x=counts["x"][:2])
+    run = load_run(tmp_path / "run", model=fresh)
+    assert torch.equal(run.model.parts[0].locs.log_rate, guide.locs.log_rate)
