@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pyro
 from torch import nn
 
 __all__ = ["ModelAndGuide", "model_and_guide"]
@@ -18,11 +17,8 @@ class ModelAndGuide(nn.Module):
     ``SVI(model, guide, ...)`` takes them.
 
     Its parameters are those of the modules among them (an autoguide, a module whose method
-    the model or guide is); an autoguide adds its own on its first call. Both callables run in
-    a parameter store of the pair's own (``pyro.get_param_store().scope``): an autoguide reads
-    its parameters from Pyro's store where that holds its names, so entries an earlier run left
-    in the global store (``AutoNormal.locs.z``) would otherwise take the place of the pair's
-    trained parameters.
+    the model or guide is); an autoguide adds its own on its first call. The callables run as
+    they are, with Pyro's parameter store as they find it (as ``SVI`` runs them).
 
     Example: a model function, its autoguide, and the parameters they share:
 
@@ -52,25 +48,20 @@ class ModelAndGuide(nn.Module):
         owners = [model, guide, getattr(model, "__self__", None), getattr(guide, "__self__", None)]
         #: The modules among the model and guide (each once): their parameters are the pair's.
         self.parts = nn.ModuleList(list({id(m): m for m in owners if isinstance(m, nn.Module)}.values()))
-        self._store: dict[str, Any] | None = None
-
-    def _run(self, index: int, args: tuple, kwargs: dict[str, Any]) -> Any:
-        with pyro.get_param_store().scope(self._store) as self._store:
-            return self._callables[index](*args, **kwargs)
 
     def model(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the model callable with these arguments, in the pair's parameter store.
+        """Run the model callable with these arguments.
 
         :param args: its positional arguments.
         :param kwargs: its keyword arguments (the data, e.g. ``x=batch``)."""
-        return self._run(0, args, kwargs)
+        return self._callables[0](*args, **kwargs)
 
     def guide(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the guide callable with these arguments, in the pair's parameter store.
+        """Run the guide callable with these arguments.
 
         :param args: its positional arguments.
         :param kwargs: its keyword arguments (the data, e.g. ``x=batch``)."""
-        return self._run(1, args, kwargs)
+        return self._callables[1](*args, **kwargs)
 
     def extra_repr(self) -> str:
         """The model callable and the guide's type, in the module's ``repr``."""

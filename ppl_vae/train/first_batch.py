@@ -2,7 +2,7 @@
 parameters, and check one trace of the guide and the model."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pyro
 import torch
@@ -14,7 +14,7 @@ from ppl_vae.models.pair import ModelAndGuide
 from ppl_vae.train.batches import TensorBatches
 from ppl_vae.train.module import SVIModule
 
-__all__ = ["check_first_batch", "create_guide_parameters", "first_inputs"]
+__all__ = ["check_first_batch", "create_guide_parameters", "first_inputs", "refuse_untrained_params"]
 
 
 def first_inputs(batches: TensorBatches, groups: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -29,21 +29,40 @@ def first_inputs(batches: TensorBatches, groups: Sequence[str]) -> dict[str, tor
     return {key: value for name in groups for key, value in first[name].items()}
 
 
+def refuse_untrained_params(parameters: Iterable[torch.Tensor]) -> None:
+    """Refuse the ``pyro.param`` sites of Pyro's parameter store whose tensors are not among
+    ``parameters`` (those fit's optimisers own): they would stay at their initial values.
+
+    :param parameters: the parameters the optimisers train.
+    :raises ValueError: naming the sites."""
+    trained = {id(parameter) for parameter in parameters}
+    untrained = sorted(name for name, value in pyro.get_param_store().named_parameters() if id(value) not in trained)
+    if untrained:
+        raise ValueError(
+            f"the model or guide creates pyro.param sites {untrained} that fit would not train (its optimisers "
+            "own model.parameters()): make them attributes of a module (nn.Parameter, or pyro.nn.PyroParam for a "
+            "constrained one; for a model function, an autoguide or a PyroModule as its guide)"
+        )
+
+
 def create_guide_parameters(pair: ModelAndGuide, objective: object, batches: TensorBatches) -> None:
     """Call the guide of ``pair`` once on the first batch, so that an autoguide creates its
     parameters before the optimisers are built over them (as Pyro's autoguides are used with
-    a torch optimiser: ``guide(data)``, then ``Adam(guide.parameters())``). No gradient is
-    taken and torch's CPU random state is forked, so training draws what it would have drawn.
+    a torch optimiser: ``guide(data)``, then ``Adam(guide.parameters())``), in a parameter store
+    of its own. No gradient is taken and torch's CPU random state is forked, so training draws
+    what it would have drawn.
 
     :param pair: the model and guide.
     :param objective: the ELBO (the data groups its auxiliary steps take are not the guide's).
-    :param batches: the run's batches, before training."""
+    :param batches: the run's batches, before training.
+    :raises ValueError: the guide creates ``pyro.param`` sites that are no parameters of the pair."""
     if batches.num_batches == 0:
         return
     claimed = {step.data_group for step in auxiliary_steps(objective, pair)}
     inputs = first_inputs(batches, [group for group in batches.groups if group not in claimed])
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
+    with pyro.get_param_store().scope(), torch.random.fork_rng(devices=[]), torch.no_grad():
         pair.guide(**inputs)
+        refuse_untrained_params(pair.parameters())
 
 
 def check_first_batch(module: SVIModule) -> None:
@@ -52,7 +71,7 @@ def check_first_batch(module: SVIModule) -> None:
     support of their likelihood (``check_observations_in_support`` of
     :mod:`ppl_vae.infer.observations`) and ``pyro.param`` sites whose tensors are not
     parameters of the model (or of the objective's auxiliary steps), which the torch
-    optimisers would never update.
+    optimisers would never update (:func:`refuse_untrained_params`).
 
     The batches are put back at their start, and the random state of torch's CPU generator
     is forked, so training draws what it would have drawn without the check.
@@ -67,16 +86,9 @@ def check_first_batch(module: SVIModule) -> None:
     if batches.num_batches == 0:
         return
     inputs = first_inputs(batches, module.elbo_groups)
-    store = pyro.get_param_store()
-    with store.scope(), torch.random.fork_rng(devices=[]), torch.no_grad(), pyro.validation_enabled(False):
+    with pyro.get_param_store().scope(), torch.random.fork_rng(devices=[]), torch.no_grad(), \
+            pyro.validation_enabled(False):
         guide_trace = poutine.trace(model.guide).get_trace(**inputs)
         model_trace = poutine.trace(poutine.replay(model.model, trace=guide_trace)).get_trace(**inputs)
-        trained = {id(parameter) for parameter in module.parameters()}
-        untrained = sorted(name for name, value in store.named_parameters() if id(value) not in trained)
-    if untrained:
-        raise ValueError(
-            f"the model or guide creates pyro.param sites {untrained} that fit would not train (its optimisers "
-            "own model.parameters()): make them attributes of the module (nn.Parameter, or pyro.nn.PyroParam "
-            "for a constrained one)"
-        )
+        refuse_untrained_params(module.parameters())
     check_observations_in_support(model_trace)

@@ -255,10 +255,12 @@ def fit(
     (:class:`~ppl_vae.train.distributed.SetupAgreement`).
 
     The torch optimisers own ``model.parameters()`` (and the parameters of the
-    objective's auxiliary steps); Pyro's parameter store is never read for training, so
-    stale entries from an earlier notebook run cannot leak into this one, and
-    ``pyro.settings`` (e.g. ``module_local_params``) are left as the user set them.
-    Models keep their networks and priors as plain ``nn.Module`` s for that reason.
+    objective's auxiliary steps); training runs in a parameter store of its own
+    (``pyro.get_param_store().scope()``), so stale entries from an earlier notebook run
+    cannot leak into this one (an autoguide would otherwise take them for its parameters of
+    the same names), Pyro's global store is left as it was, and ``pyro.settings`` (e.g.
+    ``module_local_params``) are left as the user set them. Models keep their networks and
+    priors as plain ``nn.Module`` s for that reason.
 
     Before training, the guide and the model are traced once on the first batch: a
     ``pyro.param`` site whose tensor is not one of those parameters (it would stay at its
@@ -324,7 +326,9 @@ def fit(
         new_run.write(config, extra_config)
     elif setup.run is not None and rank == 0:
         setup.run.create()
-    with pyro.validation_enabled(config.validate):
+    # A parameter store of the run's own: a PyroModule (an autoguide) reads its parameters from
+    # Pyro's store where that holds their names, and entries of an earlier run must not stand in.
+    with pyro.validation_enabled(config.validate), pyro.get_param_store().scope():
         try:
             with quiet_lightning():
                 trainer.fit(

@@ -110,3 +110,12 @@ def test_a_run_of_a_model_function_reloads_into_a_new_pair_once_its_guide_has_ru
     fresh.guide(x=counts["x"][:2])
     run = load_run(tmp_path / "run", model=fresh)
     assert torch.equal(run.model.parts[0].locs.log_rate, guide.locs.log_rate)
+
+
+def test_a_guide_function_whose_parameters_live_only_in_pyros_store_is_refused_naming_them(counts):
+    def guide(x):
+        loc = pyro.param("loc", torch.zeros(5))
+        pyro.sample("log_rate", dist.Normal(loc, 1.0).to_event(1))
+
+    with pytest.raises(ValueError, match=r"creates pyro.param sites \['loc'\] that fit would not train .* an autoguide"):
+        fit(counts_model, MeanFieldELBO(), counts, guide=guide, **SETTINGS)
