@@ -1,5 +1,6 @@
 """Data parallelism on 2 CPU processes (gloo): batch-level terms over the global batch,
-the gather's gradient, a DDP training run through the engine, and the sweep runner.
+the gather's gradient, DDP training runs through the engine (a library model with its
+discriminator, and a user's model function with its autoguide), and the sweep runner.
 
 Exactness: every standard-normal draw (guide samples, prior draws) and every permutation is
 replayed from a generator seeded by its call number, drawn at the GLOBAL batch's shape, and
@@ -404,3 +405,38 @@ def test_a_setup_error_on_one_process_reaches_every_process_with_the_same_messag
     assert messages[0] == messages[1]
     assert expected in messages[0] and "\n" not in messages[0]
     assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
+def _model_function_worker(rank: int, port: int, run_dir: str) -> None:
+    """Two processes fit a model function with its autoguide, each guide started from a
+    different point (rank 1's far from rank 0's), and write what they trained to."""
+    join_as_process(rank, port)
+    from pyro.infer.autoguide import AutoNormal
+    from pyro.infer.autoguide.initialization import init_to_value
+    from test_fit_model_and_guide import RATES, counts_model
+
+    from ppl_vae import fit
+    from ppl_vae.infer import MeanFieldELBO
+
+    start = torch.full((5,), 0.0 if rank == 0 else 3.0)
+    guide = AutoNormal(counts_model, init_loc_fn=init_to_value(values={"log_rate": start}))
+    counts = torch.poisson(RATES.expand(64, 5), generator=torch.Generator().manual_seed(0))
+    result = fit(counts_model, MeanFieldELBO(), {"x": counts}, guide=guide, steps=40, batch_size=8, lr=0.05,
+                 log_every_n_steps=20, progress_bar=False, devices=WORLD, strategy="ddp", run_dir=run_dir,
+                 overwrite=True)
+    torch.save({"history": result.history,
+                "guide": {n: p.detach().clone() for n, p in guide.named_parameters()}},
+               Path(run_dir) / f"rank{rank}.pt")
+
+
+def test_two_process_training_of_a_model_function_keeps_its_autoguide_in_sync_from_rank_0s_start(tmp_path):
+    run_two_processes(_model_function_worker, free_port(), str(tmp_path))
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    assert ranks[0]["history"] == ranks[1]["history"] and [h["step"] for h in ranks[0]["history"]] == [20, 40]
+    assert sorted(ranks[0]["guide"]) == ["locs.log_rate_unconstrained", "scales.log_rate_unconstrained"]
+    for name, value in ranks[0]["guide"].items():
+        torch.testing.assert_close(ranks[1]["guide"][name], value, rtol=0, atol=0)
+    # 40 Adam steps of 0.05 towards log(1) = 0 end near 0 from rank 0's start (0), near 1.4 from rank 1's (3)
+    fitted_log_rate_1 = ranks[0]["guide"]["locs.log_rate_unconstrained"][0]
+    assert abs(fitted_log_rate_1) < 0.5, fitted_log_rate_1
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.ckpt"]
