@@ -48,7 +48,7 @@ from ppl_vae.checks.replicates import global_latents, replicate_sites, replicate
 from ppl_vae.checks.result import PPCResult, StatisticCheck, mid_p_value
 from ppl_vae.checks.statistics import Statistic, is_image, is_per_point
 from ppl_vae.infer.observations import check_observations_in_support
-from ppl_vae.models.pair import model_and_guide
+from ppl_vae.models.pair import PyroPair, model_and_guide
 
 #: Vectors with at most this many features get the nearest-neighbour distance tests.
 NEIGHBOUR_FEATURES = 64
@@ -180,7 +180,7 @@ def _replicate(trace: Trace, sites: Sequence[str]) -> dict[str, torch.Tensor]:
 class _EvalMode:
     """Every module of ``pair`` in eval mode for the check, each set back to its own mode after."""
 
-    def __init__(self, pair: object) -> None:
+    def __init__(self, pair: PyroPair) -> None:
         self.modules = list(pair.modules()) if isinstance(pair, torch.nn.Module) else []
 
     def __enter__(self) -> None:
@@ -194,7 +194,7 @@ class _EvalMode:
 
 
 def _check_data(
-    model: object, data: Mapping[str, torch.Tensor], sites: Sequence[str] | None
+    model: PyroPair, data: Mapping[str, torch.Tensor], sites: Sequence[str] | None
 ) -> tuple[tuple[str, ...], dict[str, torch.Tensor], frozenset[str]]:
     """The replicated sites, their observed values and the model's global latents."""
     trace = poutine.trace(model.model).get_trace(**data)
@@ -203,7 +203,7 @@ def _check_data(
     return replicated, {site: trace.nodes[site]["value"].cpu() for site in replicated}, global_latents(trace, replicated)
 
 
-def _global_means(model: object, data: Mapping[str, torch.Tensor], global_sites: frozenset[str]) -> Trace:
+def _global_means(model: PyroPair, data: Mapping[str, torch.Tensor], global_sites: frozenset[str]) -> Trace:
     """A trace of the global latents at their posterior means: each the mean of
     ``GLOBAL_DRAWS`` draws of the guide (a latent that is not floating point, the first
     draw's value)."""
@@ -217,7 +217,7 @@ def _global_means(model: object, data: Mapping[str, torch.Tensor], global_sites:
     return means
 
 
-def _run_checks(model: object, data: Mapping[str, torch.Tensor], replicated: tuple[str, ...],
+def _run_checks(model: PyroPair, data: Mapping[str, torch.Tensor], replicated: tuple[str, ...],
                 observed: Mapping[str, torch.Tensor], statistics: Mapping[str, Mapping[str, Statistic]],
                 num_samples: int, marginal_samples: int, prefix: str, draws: _Draws | None,
                 update: Callable[[], None], global_sites: frozenset[str]) -> tuple[_Tests, _Tests, dict[str, torch.Tensor]]:

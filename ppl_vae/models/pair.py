@@ -2,11 +2,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
 
-__all__ = ["ModelAndGuide", "model_and_guide"]
+__all__ = ["ModelAndGuide", "PyroPair", "model_and_guide"]
+
+
+@runtime_checkable
+class PyroPair(Protocol):
+    """What :func:`ppl_vae.fit` trains and :func:`~ppl_vae.checks.posterior_predictive_check`
+    checks: an object with a Pyro model and its guide as methods, both called with the data's
+    keyword arguments (every model of :mod:`ppl_vae.models`, a :class:`ModelAndGuide`, or a
+    module of yours)."""
+
+    def model(self, *args: Any, **kwargs: Any) -> Any:
+        """The Pyro model: ``pyro.sample`` sites, the observed ones at the data.
+
+        :param args: positional arguments, as the model takes them.
+        :param kwargs: the data's keyword arguments, e.g. ``x=batch``."""
+
+    def guide(self, *args: Any, **kwargs: Any) -> Any:
+        """Its guide: a site for each latent site of the model.
+
+        :param args: positional arguments, as the model takes them.
+        :param kwargs: the data's keyword arguments, e.g. ``x=batch``."""
 
 
 class ModelAndGuide(nn.Module):
@@ -68,7 +88,7 @@ class ModelAndGuide(nn.Module):
         return f"model={self._callables[0]!r:.60}, guide={type(self._callables[1]).__name__}"
 
 
-def model_and_guide(model: Any, guide: Callable | None = None) -> Any:
+def model_and_guide(model: Any, guide: Callable | None = None) -> PyroPair:
     """What :func:`ppl_vae.fit` and :func:`~ppl_vae.checks.posterior_predictive_check` run:
     ``model`` itself when ``guide`` is ``None`` (an object with ``model()`` and ``guide()``
     methods, such as every model of :mod:`ppl_vae.models`), else ``ModelAndGuide(model, guide)``.

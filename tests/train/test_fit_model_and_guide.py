@@ -12,7 +12,7 @@ from test_engine import Interrupt, InterruptAt
 from ppl_vae import fit
 from ppl_vae.checks import posterior_predictive_check
 from ppl_vae.infer import MeanFieldELBO
-from ppl_vae.models import VAE, ModelAndGuide
+from ppl_vae.models import VAE, ModelAndGuide, PyroPair, model_and_guide
 from ppl_vae.nn import MLP, mlp_decoder
 
 RATES = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
@@ -119,3 +119,10 @@ def test_a_guide_function_whose_parameters_live_only_in_pyros_store_is_refused_n
 
     with pytest.raises(ValueError, match=r"creates pyro.param sites \['loc'\] that fit would not train .* an autoguide"):
         fit(counts_model, MeanFieldELBO(), counts, guide=guide, **SETTINGS)
+
+
+def test_a_library_model_and_a_pair_of_callables_are_pyro_pairs_and_a_bare_function_is_not():
+    vae = VAE(MLP([5, 8]), mlp_decoder(2, [8], (5,)), latent_dim=2)
+    assert isinstance(vae, PyroPair) and model_and_guide(vae) is vae
+    assert isinstance(model_and_guide(counts_model, AutoNormal(counts_model)), PyroPair)
+    assert not isinstance(counts_model, PyroPair)
