@@ -132,8 +132,8 @@ def numerics() -> dict[str, str]:
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         first = cpuinfo.read_text().split("\n\n")[0]
-        fields = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-        fields = {key.strip(): value.strip() for key, value in fields.items()}
+        pairs = (line.split(":", 1) for line in first.splitlines() if ":" in line)
+        fields = {key.strip(): value.strip() for key, value in pairs}
         processor = f"{fields.get('model name', '')} | {' '.join(sorted(fields.get('flags', '').split()))}"
     return {"torch": str(torch.__version__), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "processor": processor}
