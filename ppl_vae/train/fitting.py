@@ -93,6 +93,32 @@ class _Setup:
         return None if self.checkpoint is None else int(self.checkpoint["ppl_vae"]["iteration"])
 
 
+def _refuse_split_rows(data: Mapping[str, Any]) -> None:
+    """Refuse two or more bare tensors of one length in the ``data`` of a Pyro model callable.
+
+    Each bare tensor is a data group of its own, shuffled on its own (:func:`as_groups`), so
+    the rows of one index are not batched together; a model callable such as ``model(X, y)``,
+    given its arguments as Pyro's ``SVI`` gives them, expects them to be (a regression's inputs
+    and outputs). Which of the two is meant cannot be read from the data when the lengths agree.
+
+    :param data: fit's ``data``.
+    :raises ValueError: naming the tensors and the two ways to say which is meant."""
+    lengths: dict[int, list[str]] = {}
+    for name, value in data.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            lengths.setdefault(value.shape[0], []).append(name)
+    for rows, names in lengths.items():
+        if len(names) > 1:
+            together = ", ".join(f"{name!r}: {name}" for name in names)
+            apart = ", ".join(f"{name!r}: {{{name!r}: {name}}}" for name in names)
+            raise ValueError(
+                f"data {names} are tensors of the same length ({rows} rows) given for a model callable: fit "
+                "batches each bare tensor as a group of its own, shuffled on its own, so their rows would not stay "
+                f"together. Give rows that belong together as one group, data={{'data': {{{together}}}}}, or "
+                f"groups that are unpaired (target and background data) one each, data={{{apart}}}"
+            )
+
+
 def _set_up(
     model: nn.Module,
     objective: Any,
@@ -114,6 +140,8 @@ def _set_up(
         raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from")
+    if isinstance(model, ModelAndGuide):
+        _refuse_split_rows(data)
     batches = TensorBatches(
         as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes,
         binarize=config.binarize,
@@ -238,7 +266,10 @@ def fit(
         it; ``None`` when ``model`` has a ``guide`` method. The two are held as a
         :class:`~ppl_vae.models.ModelAndGuide`, whose parameters (an autoguide's, those of a
         module whose method the model or guide is) are trained in place; the result's
-        ``model`` is that pair.
+        ``model`` is that pair. Its ``data`` may not hold two bare tensors of one length
+        (``{"X": X, "y": y}``, a ``ValueError``): rows that belong together go in one group,
+        ``{"data": {"X": X, "y": y}}``, and unpaired groups are given a group each,
+        ``{"X": {"X": X}, "y": {"y": y}}``.
     :param overrides: fields of :class:`TrainConfig` to replace (``lr=1e-3``, ``batch_size=256``),
         applied to ``config`` or to the defaults; an unknown name raises a ``TypeError`` that
         suggests the close ones (``learning_rate`` -> ``'lr'``).

@@ -126,3 +126,46 @@ def test_a_library_model_and_a_pair_of_callables_are_pyro_pairs_and_a_bare_funct
     assert isinstance(vae, PyroPair) and model_and_guide(vae) is vae
     assert isinstance(model_and_guide(counts_model, AutoNormal(counts_model)), PyroPair)
     assert not isinstance(counts_model, PyroPair)
+
+
+def regression_model(X: torch.Tensor, y: torch.Tensor) -> None:
+    """y = X w + noise, X (N, 3), y (N,)."""
+    w = pyro.sample("w", dist.Normal(0.0, 3.0).expand([3]).to_event(1))
+    sigma = pyro.sample("sigma", dist.HalfNormal(1.0))
+    with pyro.plate("points", X.shape[0]):
+        pyro.sample("y", dist.Normal(X @ w, sigma), obs=y)
+
+
+@pytest.fixture
+def regression() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    X = torch.randn(200, 3, generator=generator)
+    return {"X": X, "y": X @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(200, generator=generator)}
+
+
+def test_bare_tensors_of_one_length_for_a_model_function_are_refused_before_anything_is_written(regression, tmp_path):
+    with pytest.raises(ValueError, match=r"\['X', 'y'\] are tensors of the same length \(200 rows\).*"
+                                         r"data=\{'data': \{'X': X, 'y': y\}\}.*data=\{'X': \{'X': X\}, 'y': \{'y': y\}\}"):
+        fit(regression_model, MeanFieldELBO(), regression, guide=AutoNormal(regression_model),
+            run_dir=tmp_path / "run", **SETTINGS)
+    assert not (tmp_path / "run").exists()
+
+
+def test_rows_given_as_one_group_stay_together_and_a_regression_is_recovered(regression):
+    guide = AutoNormal(regression_model)
+    fit(regression_model, MeanFieldELBO(), {"data": regression}, guide=guide,
+        **{**SETTINGS, "steps": 600, "batch_size": 50, "lr": 0.02})
+    fitted = guide.median()
+    assert torch.allclose(fitted["w"], torch.tensor([1.0, -2.0, 0.5]), atol=0.1)
+    assert abs(float(fitted["sigma"]) - 0.3) < 0.1
+
+
+def test_unpaired_groups_of_one_length_given_a_group_each_train_a_model_function(regression):
+    def unpaired_model(X: torch.Tensor, y: torch.Tensor) -> None:
+        loc = pyro.sample("loc", dist.Normal(0.0, 3.0))
+        with pyro.plate("ys", y.shape[0]):
+            pyro.sample("y", dist.Normal(loc, 3.0), obs=y)
+
+    result = fit(unpaired_model, MeanFieldELBO(), {"X": {"X": regression["X"]}, "y": {"y": regression["y"]}},
+                 guide=AutoNormal(unpaired_model), **{**SETTINGS, "steps": 2})
+    assert result.steps == 2
