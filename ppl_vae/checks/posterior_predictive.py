@@ -298,7 +298,9 @@ def posterior_predictive_check(
     :param model: any object with ``model(**data)`` / ``guide(**data)`` methods (every model
         here), or, with ``guide`` given, a Pyro model callable (a function, a method).
     :param data: the batch keyword arguments, e.g. ``{"x": x (N, 1, 28, 28)}`` or, for
-        PartedVAE with labels, ``{"x": x, "y": y (N,)}`` (the classes stay the given ones).
+        PartedVAE with labels, ``{"x": x, "y": y (N,)}`` (the classes stay the given ones): the
+        model's arguments themselves, not :func:`~ppl_vae.fit`'s groups (a model fitted on
+        ``{"data": {"X": X, "y": y}}`` is checked on ``{"X": X, "y": y}``).
     :param statistics: ``{name: T}`` for a single replicated site, or ``{site: {name: T}}``;
         each T maps a site's values ``(N, ...)`` to a scalar or a vector and applies only to
         the site it is given for. A replicated site without statistics gets
