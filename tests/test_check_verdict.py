@@ -299,7 +299,7 @@ def test_a_model_function_without_its_guide_is_refused_naming_guide():
 def test_the_latents_of_a_model_whose_data_lie_in_no_plate_are_all_drawn_from_the_prior():
     from pyro import poutine
 
-    from ppl_vae.checks.replicates import global_latents
+    from ppl_vae.infer.observations import global_latents
 
     def plated(x):
         mu = pyro.sample("mu", dist.Normal(0.0, 1.0))

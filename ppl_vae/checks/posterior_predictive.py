@@ -44,10 +44,10 @@ from pyro.poutine.trace_struct import Trace
 
 from ppl_vae._progress import Progress
 from ppl_vae.checks.pit import PITCounter, PITTest
-from ppl_vae.checks.replicates import global_latents, replicate_sites, replicated_sites, statistics_by_site
+from ppl_vae.checks.replicates import replicate_sites, replicated_sites, statistics_by_site
 from ppl_vae.checks.result import PPCResult, StatisticCheck, mid_p_value
 from ppl_vae.checks.statistics import Statistic, is_image, is_per_point
-from ppl_vae.infer.observations import check_observations_in_support
+from ppl_vae.infer.observations import check_observations_in_support, global_latents
 from ppl_vae.models.pair import PyroPair, model_and_guide
 
 #: Vectors with at most this many features get the nearest-neighbour distance tests.

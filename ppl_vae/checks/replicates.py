@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from pyro.poutine.messenger import Messenger
 from pyro.poutine.trace_struct import Trace
-from pyro.poutine.util import site_is_subsample
 
 from ppl_vae.checks.statistics import Statistic, default_statistics
 
@@ -85,28 +84,6 @@ def replicated_sites(trace: Trace, data: Mapping[str, Any], sites: Sequence[str]
     if unknown or not sites:
         raise ValueError(f"sites must name observed sites of the model, one of {observed}; got {list(sites)}")
     return tuple(sites)
-
-
-def global_latents(trace: Trace, replicated: Sequence[str]) -> frozenset[str]:
-    """The latent sample sites of ``trace`` outside every plate of the ``replicated`` sites:
-    the model's global latents (a rate shared by all points, a regression's weights), which the
-    marginal replicates hold at their posterior mean, as against the points' own latents (a
-    VAE's z, in the data's plate), which they draw from the prior. None where the replicated
-    sites lie in no plate: without plates the points' own latents cannot be told from global
-    ones, and every latent is drawn from the prior.
-
-    :param trace: a trace of the model run on the data.
-    :param replicated: the replicated observed sites.
-    """
-    data_plates = {frame.name for site in replicated for frame in trace.nodes[site]["cond_indep_stack"]}
-    if not data_plates:
-        return frozenset()
-    return frozenset(
-        name
-        for name, node in trace.nodes.items()
-        if node["type"] == "sample" and not node["is_observed"] and not site_is_subsample(node)
-        and not any(frame.name in data_plates for frame in node["cond_indep_stack"])
-    )
 
 
 def statistics_by_site(

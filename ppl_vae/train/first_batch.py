@@ -8,7 +8,7 @@ import pyro
 import torch
 from pyro import poutine
 
-from ppl_vae.infer.observations import check_observations_in_support
+from ppl_vae.infer.observations import check_observations_in_support, warn_if_minibatches_unscaled
 from ppl_vae.infer.steps import auxiliary_steps
 from ppl_vae.models.pair import ModelAndGuide
 from ppl_vae.train.batches import TensorBatches
@@ -71,7 +71,10 @@ def check_first_batch(module: SVIModule) -> None:
     support of their likelihood (``check_observations_in_support`` of
     :mod:`ppl_vae.infer.observations`) and ``pyro.param`` sites whose tensors are not
     parameters of the model (or of the objective's auxiliary steps), which the torch
-    optimisers would never update (:func:`refuse_untrained_params`).
+    optimisers would never update (:func:`refuse_untrained_params`). It warns when the model
+    has global latents and its observed sites count a minibatch as if it were the data set
+    (``warn_if_minibatches_unscaled`` of :mod:`ppl_vae.infer.observations`, on the first ELBO group
+    drawn in minibatches).
 
     The batches are put back at their start, and the random state of torch's CPU generator
     is forked, so training draws what it would have drawn without the check.
@@ -92,3 +95,8 @@ def check_first_batch(module: SVIModule) -> None:
         model_trace = poutine.trace(poutine.replay(model.model, trace=guide_trace)).get_trace(**inputs)
         refuse_untrained_params(module.parameters())
     check_observations_in_support(model_trace)
+    for name in module.elbo_groups:
+        rows = next(iter(batches.groups[name].values())).shape[0]
+        if batches.batch_sizes[name] < rows:
+            warn_if_minibatches_unscaled(model_trace, batches.batch_sizes[name], rows)
+            break

@@ -128,11 +128,12 @@ def test_a_library_model_and_a_pair_of_callables_are_pyro_pairs_and_a_bare_funct
     assert not isinstance(counts_model, PyroPair)
 
 
-def regression_model(X: torch.Tensor, y: torch.Tensor) -> None:
-    """y = X w + noise, X (N, 3), y (N,)."""
+def regression_model(X: torch.Tensor, y: torch.Tensor, data_size: int | None = None) -> None:
+    """y = X w + noise, X (N, 3), y (N,); with ``data_size`` its plate says the data's size
+    (Pyro's minibatch idiom: the sites of a batch of B points are scaled by data_size / B)."""
     w = pyro.sample("w", dist.Normal(0.0, 3.0).expand([3]).to_event(1))
     sigma = pyro.sample("sigma", dist.HalfNormal(1.0))
-    with pyro.plate("points", X.shape[0]):
+    with pyro.plate("points", data_size or X.shape[0], subsample_size=X.shape[0]):
         pyro.sample("y", dist.Normal(X @ w, sigma), obs=y)
 
 
@@ -152,8 +153,11 @@ def test_bare_tensors_of_one_length_for_a_model_function_are_refused_before_anyt
 
 
 def test_rows_given_as_one_group_stay_together_and_a_regression_is_recovered(regression):
-    guide = AutoNormal(regression_model)
-    fit(regression_model, MeanFieldELBO(), {"data": regression}, guide=guide,
+    def model(X: torch.Tensor, y: torch.Tensor) -> None:
+        regression_model(X, y, data_size=200)
+
+    guide = AutoNormal(model)
+    fit(model, MeanFieldELBO(), {"data": regression}, guide=guide,
         **{**SETTINGS, "steps": 600, "batch_size": 50, "lr": 0.02})
     fitted = guide.median()
     assert torch.allclose(fitted["w"], torch.tensor([1.0, -2.0, 0.5]), atol=0.1)
@@ -169,3 +173,32 @@ def test_unpaired_groups_of_one_length_given_a_group_each_train_a_model_function
     result = fit(unpaired_model, MeanFieldELBO(), {"X": {"X": regression["X"]}, "y": {"y": regression["y"]}},
                  guide=AutoNormal(unpaired_model), **{**SETTINGS, "steps": 2})
     assert result.steps == 2
+
+
+def weights_model(X: torch.Tensor, y: torch.Tensor, data_size: int | None = None) -> None:
+    """``regression_model`` at a known noise scale 0.3; with ``data_size`` its plate says the
+    data's size, Pyro's minibatch idiom."""
+    w = pyro.sample("w", dist.Normal(0.0, 3.0).expand([3]).to_event(1))
+    with pyro.plate("points", data_size or X.shape[0], subsample_size=X.shape[0]):
+        pyro.sample("y", dist.Normal(X @ w, 0.3), obs=y)
+
+
+def test_minibatches_that_a_model_with_global_latents_counts_as_the_whole_data_are_warned_about(regression):
+    with pytest.warns(UserWarning, match=r"global latents \['w'\] are fitted on batches of 20 of 200 rows, but its "
+                                         r"observed sites \['y'\] count each batch once.*"
+                                         r"pyro.plate\('points', 200, subsample_size=len\(batch\)\)"):
+        fit(weights_model, MeanFieldELBO(), {"data": regression}, guide=AutoNormal(weights_model),
+            **{**SETTINGS, "steps": 2, "batch_size": 20})
+
+
+def test_a_plate_that_says_the_datas_size_gets_the_whole_datas_posterior_from_minibatches(regression, recwarn):
+    def model(X: torch.Tensor, y: torch.Tensor) -> None:
+        weights_model(X, y, data_size=200)
+
+    guide = AutoNormal(model)
+    fit(model, MeanFieldELBO(), {"data": regression}, guide=guide, **{**SETTINGS, "steps": 1500, "batch_size": 20})
+    assert not [w for w in recwarn if "global latents" in str(w.message)]
+    X = regression["X"]
+    exact_sd = (X.T @ X / 0.09 + torch.eye(3) / 9).inverse().diag().sqrt()  # the conjugate posterior's
+    ratio = guide.scales.w.detach() / exact_sd  # one batch's posterior would be sqrt(10) = 3.2 times as wide
+    assert bool(((ratio > 0.7) & (ratio < 1.35)).all()), ratio
