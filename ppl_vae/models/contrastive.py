@@ -30,7 +30,7 @@ from torch import nn
 
 from ppl_vae._constants import CONTRASTIVE_LIKELIHOODS
 from ppl_vae._validation import choice, positive_integer
-from ppl_vae.models.inputs import ModelInputError, all_finite, check_decoder_size
+from ppl_vae.models.inputs import ModelInputError, all_finite, check_decoder_size, check_dtype, network_dtype
 from ppl_vae.models.likelihoods import (
     COUNT_LIKELIHOODS,
     CountLikelihood,
@@ -43,7 +43,8 @@ from ppl_vae.nn import MLP, GaussianHead, mlp_decoder
 
 
 def check_contrastive_data(
-    target: torch.Tensor | None, background: torch.Tensor | None, check_finite: bool = True
+    target: torch.Tensor | None, background: torch.Tensor | None, check_finite: bool = True,
+    dtype: torch.dtype | None = None,
 ) -> None:
     """Raise :class:`~ppl_vae.models.inputs.ModelInputError` (a ``ValueError`` that stays one
     line under Pyro's trace) naming the argument when the target/background batch is unusable.
@@ -56,6 +57,7 @@ def check_contrastive_data(
     :param target: ``(B, *event)`` target batch, or ``None``.
     :param background: ``(B', *event)`` background batch, or ``None``.
     :param check_finite: refuse NaN or infinite values too.
+    :param dtype: the dtype of the networks that take them (``None``: any).
     """
     if target is None and background is None:
         raise ModelInputError("target and background are both None; give at least one batch")
@@ -68,6 +70,7 @@ def check_contrastive_data(
             raise ModelInputError(
                 f"{name} must be floating point (convert counts and images with .float()), got dtype {data.dtype}"
             )
+        check_dtype(name, data, dtype)
         if data.dim() < 2 or data.shape[0] == 0:
             raise ModelInputError(f"{name} must have shape (batch >= 1, *features), got {tuple(data.shape)}")
         if check_finite and not all_finite(data):
@@ -249,11 +252,11 @@ class ContrastiveVAE(PyroModule):
         :param batch_size: with ``target=None``, the number B of target points to draw.
         :param background_batch_size: with ``background=None``, the number B' of background points to draw.
         """
-        if batch_size is None and background_batch_size is None:
-            check_contrastive_data(target, background, check_finite=_reads_back(target, background))
         # Each access to a network attribute of a PyroModule registers its parameters with Pyro
         # again, so every network is read into a local once.
         decoder, shared_prior = self.decoder, self.shared_prior
+        if batch_size is None and background_batch_size is None:
+            check_contrastive_data(target, background, _reads_back(target, background), network_dtype(decoder))
         if target is not None or batch_size is not None:
             batch = batch_size_of(target, batch_size, "target")
             with pyro.plate("target", batch), poutine.scale(scale=data_scale(batch, self.target_size)):
@@ -276,8 +279,8 @@ class ContrastiveVAE(PyroModule):
         :param target: ``(B, *event)`` target batch, or ``None``.
         :param background: ``(B', *event)`` background batch, or ``None``.
         """
-        check_contrastive_data(target, background, check_finite=_reads_back(target, background))
         shared_encoder, shared_head = self.shared_encoder, self.shared_head  # registered once (see model)
+        check_contrastive_data(target, background, _reads_back(target, background), network_dtype(shared_encoder))
         if target is not None:
             batch = target.shape[0]
             features = self._encoder_input(target)

@@ -18,7 +18,10 @@ from torch import nn
 
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder
 
-__all__ = ["ModelInputError", "all_finite", "check_batch", "check_decoder_size", "decoder_input_size", "encoder_input_shape"]
+__all__ = [
+    "ModelInputError", "all_finite", "check_batch", "check_decoder_size", "check_dtype", "decoder_input_size",
+    "encoder_input_shape", "network_dtype",
+]
 
 
 class ModelInputError(ValueError):
@@ -88,22 +91,50 @@ def all_finite(data: torch.Tensor) -> bool:
     return bool(torch.isfinite(data.detach().sum())) or bool(torch.isfinite(data).all())
 
 
-def check_batch(name: str, data: object, event: tuple[int, ...] | int | None = None) -> torch.Tensor:
-    """``data`` itself, refused unless it is a tensor ``(B >= 1, *event)`` of real values, free
-    of NaN and infinities, whose points fit ``event`` when it is known (a shape, or a number of
-    features, :func:`encoder_input_shape`). The values are read back (a host synchronisation)
-    only on the CPU or under Pyro's validation (on by default; :func:`~ppl_vae.fit` trains
-    without it and checks its data once before training).
+def network_dtype(network: nn.Module) -> torch.dtype | None:
+    """The dtype of the first floating-point parameter of ``network`` (``None`` without one):
+    what its input must be, float32 unless the model was converted (``model.double()``).
+
+    :param network: a model's network, e.g. its encoder."""
+    return next((p.dtype for p in network.parameters() if p.is_floating_point()), None)
+
+
+def check_dtype(name: str, data: torch.Tensor, dtype: torch.dtype | None) -> None:
+    """Refuse ``data`` whose dtype is not ``dtype`` (``None``: any), the dtype of the network
+    that takes it (:func:`network_dtype`), before torch's matrix product refuses it without
+    naming it; numpy's arrays come as float64 and counts as int64.
+
+    :param name: the argument's name, e.g. ``"x"``.
+    :param data: the argument's value.
+    :param dtype: the dtype it must have.
+    :raises ModelInputError: ``"{name} must have the dtype of the model's parameters, ..."``."""
+    if dtype is not None and data.dtype != dtype:
+        raise ModelInputError(
+            f"{name} must have the dtype of the model's parameters, {dtype} (convert with {name}.to({dtype}); "
+            f"numpy's arrays come as float64), got dtype {data.dtype}"
+        )
+
+
+def check_batch(
+    name: str, data: object, event: tuple[int, ...] | int | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """``data`` itself, refused unless it is a tensor ``(B >= 1, *event)`` of real values of
+    ``dtype``, free of NaN and infinities, whose points fit ``event`` when it is known (a
+    shape, or a number of features, :func:`encoder_input_shape`). The values are read back (a
+    host synchronisation) only on the CPU or under Pyro's validation (on by default;
+    :func:`~ppl_vae.fit` trains without it and checks its data once before training).
 
     :param name: the argument's name, e.g. ``"x"``.
     :param data: the argument's value: ``(B, *event)``.
     :param event: one point's shape, its number of features, or ``None`` when unknown.
+    :param dtype: the dtype of the network that takes it (:func:`network_dtype`), or ``None``.
     :raises ModelInputError: ``"{name} must ..., got ..."``, one line.
     """
     if not isinstance(data, torch.Tensor):
         raise ModelInputError(f"{name} must be a torch.Tensor, got {type(data).__name__}")
     if data.dtype == torch.bool or data.is_complex():
         raise ModelInputError(f"{name} must hold real numbers (convert with .float()), got dtype {data.dtype}")
+    check_dtype(name, data, dtype)
     if isinstance(event, tuple):
         expected, fits = "(batch, " + ", ".join(map(str, event)) + ")", tuple(data.shape[1:]) == event
     elif isinstance(event, int):

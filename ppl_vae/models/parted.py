@@ -44,7 +44,7 @@ from torch.nn import functional as F
 from ppl_vae._constants import PARTED
 from ppl_vae._validation import finite, positive_integer
 from ppl_vae.distributions import ClassConditionalGaussianPrior
-from ppl_vae.models.inputs import ModelInputError, check_batch, check_decoder_size, encoder_input_shape
+from ppl_vae.models.inputs import ModelInputError, check_batch, check_decoder_size, encoder_input_shape, network_dtype
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.models.vae import StandardNormalPrior, batch_size_of, data_scale, one_draw_per_point, unique_pyro_name
 from ppl_vae.nn import MLP, ConvDecoder, ConvEncoder, GaussianHead, full_precision, mlp_decoder
@@ -366,8 +366,9 @@ class PartedVAE(PyroModule):
             latent.
         :param batch_size: B when ``x`` is ``None``; when both are given they must agree.
         :param step: the training step (not read by the model)."""
+        decoder = self.decoder  # a PyroModule registers a network's parameters on each access
         if x is not None:
-            check_batch("x", x, self.point_input)
+            check_batch("x", x, self.point_input, network_dtype(decoder))
         batch = batch_size_of(x, batch_size)
         labels = None if y is None else self.check_labels(y, batch)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
@@ -379,7 +380,7 @@ class PartedVAE(PyroModule):
                     obs=None if labels is None else self._one_hot(labels, i, torch.get_default_dtype()),
                 )
                 latents.append(pyro.sample(f"u{i}", class_prior(c)))
-            decoded = self.decoder(torch.cat(latents, dim=-1))
+            decoded = decoder(torch.cat(latents, dim=-1))
             pyro.sample(
                 "x",
                 likelihood(self.likelihood, decoded, decoded.dim() - 1, self.likelihood_scale),
@@ -398,9 +399,10 @@ class PartedVAE(PyroModule):
             its relaxed q(c | x)).
         :param step: the training step (an int >= 0 or a 0-dim tensor) that sets the attention
             sharpness; ``None`` for the schedule's end value."""
-        batch = check_batch("x", x, self.point_input).shape[0]
+        encoder = self.encoder  # a PyroModule registers a network's parameters on each access
+        batch = check_batch("x", x, self.point_input, network_dtype(encoder)).shape[0]
         labels = None if y is None else self.check_labels(y, batch)
-        h = self.encoder(x)
+        h = encoder(x)
         z_loc, z_scale = self.z_head(h)
         sharpness = self.sharpness_at(step)
         if step is not None and self.training:

@@ -16,7 +16,7 @@ from pyro.nn import PyroModule, pyro_method
 from torch import nn
 
 from ppl_vae._validation import positive_integer
-from ppl_vae.models.inputs import check_batch, check_decoder_size, encoder_input_shape
+from ppl_vae.models.inputs import check_batch, check_decoder_size, encoder_input_shape, network_dtype
 from ppl_vae.models.likelihoods import check_likelihood, likelihood, likelihood_mean
 from ppl_vae.nn import GaussianHead
 
@@ -175,12 +175,13 @@ class VAE(PyroModule):
         :param x: ``(B, *event)`` data batch, observed at site ``x``; ``None`` to draw.
         :param batch_size: with ``x=None``, the number B of points to draw.
         """
+        decoder = self.decoder  # a PyroModule registers a network's parameters on each access
         if x is not None:
-            check_batch("x", x, self.point_input)
+            check_batch("x", x, self.point_input, network_dtype(decoder))
         batch = batch_size_of(x, batch_size)
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             z = one_draw_per_point(pyro.sample("z", self.prior().expand([batch])), "z")
-            decoded = self.decoder(z)
+            decoded = decoder(z)
             pyro.sample(
                 "x",
                 likelihood(self.likelihood, decoded, decoded.dim() - 1, self.likelihood_scale),
@@ -194,8 +195,9 @@ class VAE(PyroModule):
 
         :param x: ``(B, *event)`` data batch.
         """
-        batch = check_batch("x", x, self.point_input).shape[0]
-        loc, scale = self.head(self.encoder(x))
+        encoder = self.encoder  # a PyroModule registers a network's parameters on each access
+        batch = check_batch("x", x, self.point_input, network_dtype(encoder)).shape[0]
+        loc, scale = self.head(encoder(x))
         with pyro.plate("data", batch), poutine.scale(scale=data_scale(batch, self.data_size)):
             return pyro.sample("z", dist.Normal(loc, scale).to_event(1))
 

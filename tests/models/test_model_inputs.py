@@ -126,3 +126,27 @@ def test_contrastive_embeddings_are_plain_tensors_for_numpy_and_scikit_learn():
     for embedding in (model.salient_embedding(x), model.shared_embedding(x), model.encode(x)):
         assert not embedding.requires_grad
         assert embedding.numpy().shape[0] == 5
+
+
+def test_a_float64_batch_for_a_float32_model_is_named_in_one_line_with_the_conversion():
+    vae = VAE(MLP([8, 16]), mlp_decoder(2, [16], (8,)), 2)
+    message = svi_step_error(vae.model, vae.guide, TraceMeanField_ELBO(), torch.rand(4, 8, dtype=torch.float64).round())
+    assert message == ("x must have the dtype of the model's parameters, torch.float32 (convert with "
+                       "x.to(torch.float32); numpy's arrays come as float64), got dtype torch.float64")
+    parted = PartedVAE.mlp((8,), z_dim=2, num_classes=3, u_dims=2, hidden=(8,))
+    with pytest.raises(ValueError, match=r"^x must have the dtype of the model's parameters, torch.float32 .* "
+                                         r"got dtype torch.int64$"):
+        posterior_predictive_check(parted, {"x": torch.ones(4, 8, dtype=torch.int64)}, num_samples=2)
+    contrastive = ContrastiveVAE.mlp((8,), hidden=8)
+    message = svi_step_error(contrastive.model, contrastive.guide, ContrastiveELBO(gamma=0.0),
+                             torch.rand(4, 8).round(), torch.rand(4, 8, dtype=torch.float64).round())
+    assert message.startswith("background must have the dtype of the model's parameters, torch.float32")
+
+
+def test_a_model_converted_to_float64_takes_float64_batches():
+    vae = VAE(MLP([8, 16]), mlp_decoder(2, [16], (8,)), 2).double()
+    svi = SVI(vae.model, vae.guide, Adam({"lr": 1e-3}), TraceMeanField_ELBO())
+    assert svi.step(torch.rand(4, 8, dtype=torch.float64).round()) > 0
+    message = svi_step_error(vae.model, vae.guide, TraceMeanField_ELBO(), torch.rand(4, 8).round())
+    assert message.startswith("x must have the dtype of the model's parameters, torch.float64 (convert with "
+                              "x.to(torch.float64)")
