@@ -20,9 +20,9 @@ SETTINGS = dict(steps=300, batch_size=500, lr=0.05, progress_bar=False, log_ever
 
 
 def counts_model(x: torch.Tensor) -> None:
-    """Counts (N, 5) at five rates every point shares."""
+    """Counts (B, 5) at five rates every point shares, a batch of the 500 points of ``counts``."""
     log_rate = pyro.sample("log_rate", dist.Normal(torch.zeros(5), 2.0).to_event(1))
-    with pyro.plate("points", x.shape[0]):
+    with pyro.plate("points", 500, subsample_size=x.shape[0]):
         pyro.sample("x", dist.Poisson(log_rate.exp()).to_event(1), obs=x)
 
 
