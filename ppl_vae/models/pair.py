@@ -1,7 +1,7 @@
 """A Pyro model and guide given as callables, held as one module (:class:`ModelAndGuide`)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from torch import nn
@@ -37,8 +37,9 @@ class ModelAndGuide(nn.Module):
     ``SVI(model, guide, ...)`` takes them.
 
     Its parameters are those of the modules among them (an autoguide, a module whose method
-    the model or guide is); an autoguide adds its own on its first call. The callables run as
-    they are, with Pyro's parameter store as they find it (as ``SVI`` runs them).
+    the model or guide is) and of ``modules``; an autoguide adds its own on its first call. The
+    callables run as they are, with Pyro's parameter store as they find it (as ``SVI`` runs
+    them).
 
     Example: a model function, its autoguide, and the parameters they share:
 
@@ -56,16 +57,25 @@ class ModelAndGuide(nn.Module):
 
     :param model: the Pyro model callable.
     :param guide: its guide callable.
-    :raises TypeError: a ``model`` or ``guide`` that is not callable.
+    :param modules: networks the model or guide uses that are none of these modules, such as
+        one a model function registers with ``pyro.module("decoder", decoder)``: their
+        parameters are the pair's too (so :func:`ppl_vae.fit` trains them, as ``SVI`` trains
+        what ``pyro.module`` registers).
+    :raises TypeError: a ``model`` or ``guide`` that is not callable, an entry of ``modules``
+        that is no ``nn.Module``.
     """
 
-    def __init__(self, model: Callable, guide: Callable) -> None:
+    def __init__(self, model: Callable, guide: Callable, modules: Iterable[nn.Module] = ()) -> None:
         super().__init__()
         if not callable(model) or not callable(guide):
             raise TypeError(f"with guide= given, model and guide must be callables (a Pyro model and its guide); "
                             f"got {type(model).__name__} and {type(guide).__name__}")
+        modules = list(modules)
+        for i, module in enumerate(modules):
+            if not isinstance(module, nn.Module):
+                raise TypeError(f"modules[{i}] must be an nn.Module, got {type(module).__name__}")
         self._callables = (model, guide)  # a tuple, so that a module among them is registered once, in parts
-        owners = [model, guide, getattr(model, "__self__", None), getattr(guide, "__self__", None)]
+        owners = [model, guide, getattr(model, "__self__", None), getattr(guide, "__self__", None), *modules]
         #: The modules among the model and guide (each once): their parameters are the pair's.
         self.parts = nn.ModuleList(list({id(m): m for m in owners if isinstance(m, nn.Module)}.values()))
 

@@ -38,10 +38,13 @@ def refuse_untrained_params(parameters: Iterable[torch.Tensor]) -> None:
     trained = {id(parameter) for parameter in parameters}
     untrained = sorted(name for name, value in pyro.get_param_store().named_parameters() if id(value) not in trained)
     if untrained:
+        registered = sorted({name.split("$$$")[0] for name in untrained if "$$$" in name})
+        networks = (f"; {registered} are networks registered with pyro.module: give them to the pair, "
+                    f"fit(ModelAndGuide(model, guide, modules=[...]), ...)") if registered else ""
         raise ValueError(
             f"the model or guide creates pyro.param sites {untrained} that fit would not train (its optimisers "
             "own model.parameters()): make them attributes of a module (nn.Parameter, or pyro.nn.PyroParam for a "
-            "constrained one; for a model function, an autoguide or a PyroModule as its guide)"
+            f"constrained one; for a model function, an autoguide or a PyroModule as its guide){networks}"
         )
 
 

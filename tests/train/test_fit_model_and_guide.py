@@ -202,3 +202,23 @@ def test_a_plate_that_says_the_datas_size_gets_the_whole_datas_posterior_from_mi
     exact_sd = (X.T @ X / 0.09 + torch.eye(3) / 9).inverse().diag().sqrt()  # the conjugate posterior's
     ratio = guide.scales.w.detach() / exact_sd  # one batch's posterior would be sqrt(10) = 3.2 times as wide
     assert bool(((ratio > 0.7) & (ratio < 1.35)).all()), ratio
+
+
+def test_a_network_a_model_function_registers_with_pyro_module_is_trained_when_given_to_the_pair():
+    decoder = torch.nn.Linear(2, 4)
+
+    def model(x: torch.Tensor) -> None:
+        pyro.module("decoder", decoder)
+        with pyro.plate("points", x.shape[0]):
+            z = pyro.sample("z", dist.Normal(torch.zeros(2), 1.0).to_event(1))
+            pyro.sample("x", dist.Normal(decoder(z), 0.5).to_event(1), obs=x)
+
+    data = {"x": torch.randn(64, 4) * 0.1 + torch.tensor([3.0, -1.0, 0.0, 2.0])}
+    with pytest.raises(ValueError, match=r"\['decoder'\] are networks registered with pyro.module: give them to "
+                                         r"the pair, fit\(ModelAndGuide\(model, guide, modules=\[...\]\), ...\)$"):
+        fit(model, MeanFieldELBO(), data, guide=AutoNormal(model), **{**SETTINGS, "steps": 2})
+    pair = ModelAndGuide(model, AutoNormal(model), modules=[decoder])
+    fit(pair, MeanFieldELBO(), data, **{**SETTINGS, "steps": 300, "batch_size": 64})
+    assert torch.allclose(decoder.bias.detach(), data["x"].mean(0), atol=0.3)  # learnt: was near 0
+    with pytest.raises(TypeError, match=r"^modules\[0\] must be an nn.Module, got function$"):
+        ModelAndGuide(model, AutoNormal(model), modules=[model])
