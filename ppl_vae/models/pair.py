@@ -76,7 +76,7 @@ class ModelAndGuide(nn.Module):
                 raise TypeError(f"modules[{i}] must be an nn.Module, got {type(module).__name__}")
         self._callables = (model, guide)  # a tuple, so that a module among them is registered once, in parts
         owners = [model, guide, getattr(model, "__self__", None), getattr(guide, "__self__", None), *modules]
-        #: The modules among the model and guide (each once): their parameters are the pair's.
+        #: The modules among the model and guide, and ``modules`` (each once): their parameters are the pair's.
         self.parts = nn.ModuleList(list({id(m): m for m in owners if isinstance(m, nn.Module)}.values()))
 
     def model(self, *args: Any, **kwargs: Any) -> Any:
