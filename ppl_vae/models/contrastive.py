@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import pyro
 import pyro.distributions as dist
@@ -132,6 +133,10 @@ class ContrastiveVAE(PyroModule):
     >>> vae.salient_embedding(target).shape
     torch.Size([8, 2])
     """
+
+    #: The data groups it takes unpaired: :func:`ppl_vae.fit` batches the target and the
+    #: background data each on its own, also where they are equal in length.
+    unpaired_groups: ClassVar[tuple[str, ...]] = ("target", "background")
 
     def __init__(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,29 +93,32 @@ class _Setup:
         return None if self.checkpoint is None else int(self.checkpoint["ppl_vae"]["iteration"])
 
 
-def _refuse_split_rows(data: Mapping[str, Any]) -> None:
-    """Refuse two or more bare tensors of one length in the ``data`` of a Pyro model callable.
+def _refuse_split_rows(data: Mapping[str, Any], unpaired: Iterable[str]) -> None:
+    """Refuse two or more bare tensors of one length in ``data``, but those the model takes
+    unpaired (``unpaired``).
 
     Each bare tensor is a data group of its own, shuffled on its own (:func:`as_groups`), so
-    the rows of one index are not batched together; a model callable such as ``model(X, y)``,
-    given its arguments as Pyro's ``SVI`` gives them, expects them to be (a regression's inputs
-    and outputs). Which of the two is meant cannot be read from the data when the lengths agree.
+    the rows of one index are not batched together; a model that reads them together (a
+    regression's inputs and outputs, images and their labels) needs them in one group. Which
+    of the two is meant cannot be read from the data when the lengths agree.
 
     :param data: fit's ``data``.
+    :param unpaired: the names of the groups the model takes unpaired (its ``unpaired_groups``).
     :raises ValueError: naming the tensors and the two ways to say which is meant."""
     lengths: dict[int, list[str]] = {}
     for name, value in data.items():
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and name not in set(unpaired):
             lengths.setdefault(value.shape[0], []).append(name)
     for rows, names in lengths.items():
         if len(names) > 1:
             together = ", ".join(f"{name!r}: {name}" for name in names)
             apart = ", ".join(f"{name!r}: {{{name!r}: {name}}}" for name in names)
             raise ValueError(
-                f"data {names} are tensors of the same length ({rows} rows) given for a model callable: fit "
-                "batches each bare tensor as a group of its own, shuffled on its own, so their rows would not stay "
-                f"together. Give rows that belong together as one group, data={{'data': {{{together}}}}}, or "
-                f"groups that are unpaired (target and background data) one each, data={{{apart}}}"
+                f"data {names} are tensors of the same length ({rows} rows): fit batches each bare tensor as a group "
+                "of its own, shuffled on its own, so their rows would not stay together. Give rows that belong "
+                f"together as one group, data={{'data': {{{together}}}}}, or groups that are unpaired one each, "
+                f"data={{{apart}}} (a model that takes groups unpaired names them in its unpaired_groups, as "
+                "ContrastiveVAE does)"
             )
 
 
@@ -140,8 +143,7 @@ def _set_up(
         raise TypeError(f"objective must be a Pyro ELBO, got {type(objective).__name__}")
     if resume and run_dir is None:
         raise ValueError("resume=True needs the run_dir to resume from")
-    if isinstance(model, ModelAndGuide):
-        _refuse_split_rows(data)
+    _refuse_split_rows(data, getattr(model, "unpaired_groups", ()))
     batches = TensorBatches(
         as_groups(data), config.batch_size, config.steps, seed=config.seed, batch_sizes=config.batch_sizes,
         binarize=config.binarize,
@@ -235,7 +237,11 @@ def fit(
     :param data: named training tensors: ``{"x": X}``; unpaired groups such as
         ``{"target": T, "background": B}``; or groups of aligned tensors such as
         ``{"x": X, "labelled": {"x": XL, "y": YL}}``. Each group's tensors are batched
-        together and passed to the model by key.
+        together and passed to the model by key. Two bare tensors of one length
+        (``{"X": X, "y": y}``) are refused with a ``ValueError`` unless the model names them
+        in its ``unpaired_groups`` (ContrastiveVAE's target and background): rows that belong
+        together go in one group, ``{"data": {"X": X, "y": y}}``, and unpaired groups are given
+        a group each, ``{"X": {"X": X}, "y": {"y": y}}``.
     :param config: :class:`TrainConfig`; keyword ``overrides`` replace its fields.
     :param run_dir: where config, checkpoints and metrics go; ``None`` trains in memory. The
         device and every setting are checked before anything is written there, and a new run
@@ -266,10 +272,7 @@ def fit(
         it; ``None`` when ``model`` has a ``guide`` method. The two are held as a
         :class:`~ppl_vae.models.ModelAndGuide`, whose parameters (an autoguide's, those of a
         module whose method the model or guide is) are trained in place; the result's
-        ``model`` is that pair. Its ``data`` may not hold two bare tensors of one length
-        (``{"X": X, "y": y}``, a ``ValueError``): rows that belong together go in one group,
-        ``{"data": {"X": X, "y": y}}``, and unpaired groups are given a group each,
-        ``{"X": {"X": X}, "y": {"y": y}}``.
+        ``model`` is that pair.
     :param overrides: fields of :class:`TrainConfig` to replace (``lr=1e-3``, ``batch_size=256``),
         applied to ``config`` or to the defaults; an unknown name raises a ``TypeError`` that
         suggests the close ones (``learning_rate`` -> ``'lr'``).
