@@ -129,8 +129,8 @@ class TensorBatches:
         world_size = positive_integer("world_size", world_size)
         self.rank, self.world_size = integer("rank", rank, minimum=0, maximum=world_size - 1), world_size
         self.batch_sizes = {}
-        for name, group in self.groups.items():
-            size = next(iter(group.values())).shape[0]
+        for name in self.groups:
+            size = self.rows(name)
             if size < world_size:
                 raise ValueError(
                     f"data group {name!r} has {size} rows, fewer than world_size={world_size}"
@@ -148,13 +148,19 @@ class TensorBatches:
         """
         self.start = integer("iteration", iteration, minimum=0, maximum=self.num_batches)
 
+    def rows(self, name: str) -> int:
+        """Number of rows of group ``name`` (its tensors' first dimension).
+
+        :param name: a group of the data.
+        """
+        return next(iter(self.groups[name].values())).shape[0]
+
     def batches_per_pass(self, name: str) -> int:
         """Number of batches in one pass over group ``name`` (per rank).
 
         :param name: a group of the data.
         """
-        size = next(iter(self.groups[name].values())).shape[0]
-        return max(size // (self.batch_sizes[name] * self.world_size), 1)
+        return max(self.rows(name) // (self.batch_sizes[name] * self.world_size), 1)
 
     def _permutation(self, name: str, pass_index: int, size: int, device: torch.device) -> torch.Tensor:
         generator = torch.Generator()

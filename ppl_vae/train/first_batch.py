@@ -99,7 +99,6 @@ def check_first_batch(module: SVIModule) -> None:
         refuse_untrained_params(module.parameters())
     check_observations_in_support(model_trace)
     for name in module.elbo_groups:
-        rows = next(iter(batches.groups[name].values())).shape[0]
-        if batches.batch_sizes[name] < rows:
-            warn_if_minibatches_unscaled(model_trace, batches.batch_sizes[name], rows)
+        if batches.batch_sizes[name] < batches.rows(name):
+            warn_if_minibatches_unscaled(model_trace, batches.batch_sizes[name], batches.rows(name))
             break

@@ -105,9 +105,10 @@ def _refuse_split_rows(data: Mapping[str, Any], unpaired: Iterable[str]) -> None
     :param data: fit's ``data``.
     :param unpaired: the names of the groups the model takes unpaired (its ``unpaired_groups``).
     :raises ValueError: naming the tensors and the two ways to say which is meant."""
+    unpaired = frozenset(unpaired)
     lengths: dict[int, list[str]] = {}
     for name, value in data.items():
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and name not in set(unpaired):
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and name not in unpaired:
             lengths.setdefault(value.shape[0], []).append(name)
     for rows, names in lengths.items():
         if len(names) > 1:
